@@ -1,0 +1,40 @@
+"""aiolock: asyncio-native Redis distributed locks, wire-compatible with Redisson."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import LockStatistics as LockStatistics
+from ._client import Client as Client
+from ._exceptions import ClientClosedError as ClientClosedError
+from ._exceptions import LockError as LockError
+from ._exceptions import LockLostError as LockLostError
+from ._exceptions import LockNotOwnedError as LockNotOwnedError
+from ._exceptions import LockTimeoutError as LockTimeoutError
+from ._exceptions import LockUpgradeError as LockUpgradeError
+from ._lock import Lock as Lock
+
+__all__ = (
+    "Client",
+    "ClientClosedError",
+    "Lock",
+    "LockError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockStatistics",
+    "LockTimeoutError",
+    "LockUpgradeError",
+)
+
+# Tracebacks and reprs say aiolock.Lock, not aiolock._lock.Lock.
+for _name in __all__:
+    globals()[_name].__module__ = __name__
+del _name
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version  # noqa: PLC0415 - only when asked
+
+        return version("aiolock")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,386 @@
+"""What every lock handle shares: the acquire loop, cancellation rules, unlock and queries.
+
+A lock type supplies its scripts through a handful of hooks (``_try_once``, ``_rollback``,
+``_release_once``, ``_force_once``, ``_channel``); everything about waiting, leases, holder
+identity and cancellation lives here once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+from redis.exceptions import ResponseError
+
+from ._config import check_name, check_owner, lease_seconds, wait_seconds
+from ._exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeoutError
+from ._keys import prefixed, unlock_latch_key
+from ._pubsub import lock_wake_count
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._client import Client
+    from ._pubsub import WakeCount
+    from ._scripts import AcquireReply, Script
+
+__all__ = ("LockBase", "LockStatistics")
+
+
+@dataclass(frozen=True, slots=True)
+class LockStatistics:
+    """A snapshot of what this client knows locally about one lock handle's name.
+
+    ``held_by_current_task`` and ``hold_count`` are this client's belief for the calling
+    holder (Redis is the truth: use ``is_held_by_current_task()`` to ask it);
+    ``tasks_waiting`` counts this client's tasks waiting to acquire the name.
+    """
+
+    name: str
+    held_by_current_task: bool
+    hold_count: int
+    tasks_waiting: int
+
+
+class LockBase:
+    """Base of the lock handles: cheap, stateless apart from name and owner."""
+
+    __slots__ = ("__weakref__", "_client", "_key", "_name", "_owner")
+
+    _wake_count: WakeCount = staticmethod(lock_wake_count)
+    #: Whether a waiter that gives up must tell the server (the fair lock's queue).
+    _leaves_queue = False
+
+    def __init__(self, client: Client, name: str, *, owner: str | None = None) -> None:
+        self._client = client
+        self._name = check_name(name)
+        self._owner = check_owner(owner)
+        self._key = client._options.key_prefix + name
+
+    @property
+    def name(self) -> str:
+        """The lock's name as given (without ``key_prefix``)."""
+        return self._name
+
+    def __repr__(self) -> str:
+        waiting = self._client._waiting.get(self._key, 0)
+        owner = f" owner={self._owner!r}" if self._owner else ""
+        return f"<aiolock.{type(self).__name__} {self._name!r}{owner}, {waiting} waiting>"
+
+    # -- hooks a lock type provides -------------------------------------------------------
+
+    def _field(self, holder: str) -> str:
+        """The hash field of ``holder`` (the write lock appends ``:write``)."""
+        return holder
+
+    def _channel(self, holder: str) -> str:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def _try_once(
+        self, field: str, lease_ms: int, target: int, tombstone: str
+    ) -> AcquireReply:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def _rollback(
+        self, field: str, target: int, tombstone: str
+    ) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def _release_once(
+        self, field: str, reapply_ms: int, latch: str
+    ) -> int | None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def _force_once(self) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    async def _leave_queue(self, holder: str) -> None:
+        """Tell the server a waiter gave up (only lock types with a queue need it)."""
+
+    def _check_acquire(self, holder: str) -> None:
+        """Refuse an acquire that can never succeed (the read-write lock's upgrade)."""
+
+    def _hold_kind(self, holder: str) -> tuple[str, str]:
+        """The renewal kind of a hold and the extra data it needs."""
+        return "hash", ""
+
+    # -- holder identity ------------------------------------------------------------------
+
+    def _holder(self) -> tuple[str, asyncio.Task[Any] | None]:
+        if self._owner is not None:
+            return self._client._ids.owner(self._owner), None
+        return self._client._ids.current()
+
+    # -- acquiring ------------------------------------------------------------------------
+
+    async def lock(self, lease: float | None = None) -> None:
+        """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
+        await self._acquire(None, lease_seconds(lease))
+
+    async def try_lock(self, wait: float | None = 0, lease: float | None = None) -> bool:
+        """Try for up to ``wait`` seconds (0: one attempt, None: forever); True if acquired."""
+        return await self._acquire(wait_seconds(wait), lease_seconds(lease))
+
+    def acquired(
+        self, wait: float | None = None, lease: float | None = None
+    ) -> contextlib.AbstractAsyncContextManager[Self]:
+        """``async with lock.acquired(wait=5):`` raises LockTimeoutError after ``wait``."""
+        return self._acquired(wait_seconds(wait), lease_seconds(lease))
+
+    @contextlib.asynccontextmanager
+    async def _acquired(self, wait: float | None, lease: float | None) -> AsyncIterator[Self]:
+        if not await self._acquire(wait, lease):
+            assert wait is not None
+            raise LockTimeoutError(self._name, wait)
+        try:
+            yield self
+        finally:
+            await self.unlock()
+
+    async def __aenter__(self) -> Self:
+        await self._acquire(None, None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # unlock() runs shielded: a body cancelled (even twice) still releases.
+        await self.unlock()
+
+    async def _acquire(self, wait: float | None, lease: float | None) -> bool:
+        client = self._client
+        client._check_open()
+        holder, task = self._holder()
+        self._check_acquire(holder)
+        field = self._field(holder)
+        lease_ms = client._lease_ms if lease is None else max(1, round(lease * 1000))
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
+
+        reply = await self._attempt(field, lease_ms)
+        if reply.acquired:
+            self._won(holder, task, field, reply.count, None if lease is None else lease_ms)
+            return True
+        if deadline is not None and loop.time() >= deadline:
+            await self._give_up(holder)
+            return False
+        return await self._wait(
+            holder=holder, task=task, field=field, lease_ms=lease_ms, lease=lease, deadline=deadline
+        )
+
+    async def _wait(
+        self,
+        *,
+        holder: str,
+        task: asyncio.Task[Any] | None,
+        field: str,
+        lease_ms: int,
+        lease: float | None,
+        deadline: float | None,
+    ) -> bool:
+        client = self._client
+        loop = asyncio.get_running_loop()
+        waiting = client._waiting
+        waiting[self._key] = waiting.get(self._key, 0) + 1
+        try:
+            remaining = None if deadline is None else deadline - loop.time()
+            sub = await client._dispatcher.subscribe(
+                self._channel(holder), self._wake_count, remaining
+            )
+            if sub is None:
+                await self._give_up(holder)
+                return False
+            try:
+                while True:
+                    # Register before the attempt: a release published while the script
+                    # is in flight then wakes this very waiter, so it is never missed.
+                    waiter = sub.add_waiter()
+                    leaving = True
+                    try:
+                        reply = await self._attempt(field, lease_ms)
+                        if reply.acquired:
+                            leaving = False
+                            self._won(
+                                holder,
+                                task,
+                                field,
+                                reply.count,
+                                None if lease is None else lease_ms,
+                            )
+                            return True
+                        client._check_open()
+                        # A lost message costs at most the holder's remaining lease.
+                        bound = reply.ttl_ms / 1000 if reply.ttl_ms >= 0 else client._ttl_cap
+                        if deadline is not None:
+                            remaining = deadline - loop.time()
+                            if remaining <= 0:
+                                break
+                            bound = min(bound, remaining)
+                        await waiter.wait(bound)
+                        client._check_open()
+                        leaving = False
+                    finally:
+                        sub.remove_waiter(waiter, leaving=leaving)
+            finally:
+                sub.release()
+        except BaseException:
+            if self._leaves_queue:
+                client._spawn(self._leave_queue(holder))
+            raise
+        finally:
+            count = waiting[self._key] - 1
+            if count:
+                waiting[self._key] = count
+            else:
+                del waiting[self._key]
+        await self._give_up(holder)
+        return False
+
+    async def _give_up(self, holder: str) -> None:
+        if self._leaves_queue:
+            await self._client._shielded(self._leave_queue(holder))
+
+    async def _attempt(self, field: str, lease_ms: int) -> AcquireReply:
+        client = self._client
+        hold = client._holds.get(self._key, field)
+        # The count this holder has once the attempt succeeds: a resend that finds it
+        # already there does not count twice, and a rollback undoes exactly this attempt.
+        target = (hold.count if hold else 0) + 1
+        tombstone = f"{prefixed('aiolock_acquire_cancel', self._key)}:{client._next_call()}"
+        try:
+            return await self._try_once(field, lease_ms, target, tombstone)
+        except ResponseError as exc:
+            # The script failed before it changed anything: nothing to roll back.
+            raise self._script_error(exc) from exc
+        except BaseException:
+            # Cancelled (or cut off) with the script in flight: it may have taken a hold
+            # that nobody will ever release. Give it back, shielded, in the background.
+            client._spawn(self._rollback(field, target, tombstone))
+            raise
+
+    def _won(
+        self,
+        holder: str,
+        task: asyncio.Task[Any] | None,
+        field: str,
+        count: int,
+        lease_ms: int | None,
+    ) -> None:
+        kind, extra = self._hold_kind(holder)
+        self._client._holds.acquired(
+            key=self._key,
+            field=field,
+            name=self._name,
+            holder=holder,
+            task=task,
+            count=count,
+            lease_ms=lease_ms,
+            kind=kind,
+            extra=extra,
+        )
+
+    def _script_error(self, exc: ResponseError) -> Exception:
+        if str(exc).startswith("WRONGTYPE"):
+            return LockError(
+                f"lock {self._name!r}: key {self._key!r} holds a value of another type, "
+                f"not a lock ({exc})"
+            )
+        return exc
+
+    # -- releasing ------------------------------------------------------------------------
+
+    async def unlock(self) -> None:
+        """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
+        client = self._client
+        client._check_open()
+        holder, _ = self._holder()
+        # Shielded: once sent, the release completes and the bookkeeping follows the
+        # server's answer even if the caller is cancelled meanwhile.
+        await client._shielded(self._unlock(holder))
+
+    async def _unlock(self, holder: str) -> None:
+        client = self._client
+        field = self._field(holder)
+        hold = client._holds.get(self._key, field)
+        latch = unlock_latch_key(self._key, secrets.token_hex(16))
+        reapply = hold.reapply_ms(client._lease_ms) if hold else client._lease_ms
+        if hold is not None:
+            hold.releasing += 1
+        try:
+            result = await self._release_once(field, reapply, latch)
+        except ResponseError as exc:
+            raise self._script_error(exc) from exc
+        finally:
+            if hold is not None:
+                hold.releasing -= 1
+        if result is None:
+            if hold is not None and hold.count:
+                why = hold.lost or "its lease ran out or was taken before unlock()"
+                client._holds.drop(hold)
+                raise LockLostError(self._name, holder, why)
+            raise LockNotOwnedError(self._name, holder)
+        client._latches.add(latch)
+        if hold is not None:
+            client._holds.released(hold, fully=result == 1)
+
+    async def force_unlock(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; True if it was held."""
+        self._client._check_open()
+        try:
+            deleted = await self._force_once()
+        except ResponseError as exc:
+            raise self._script_error(exc) from exc
+        self._client._holds.mark_key_lost(self._key, "force_unlock() deleted it")
+        return deleted
+
+    # -- queries --------------------------------------------------------------------------
+
+    async def is_locked(self) -> bool:
+        """Whether anyone holds the lock."""
+        return bool(await self._query("EXISTS", self._key))
+
+    async def is_held_by_current_task(self) -> bool:
+        """Whether the calling task (or this handle's owner) holds the lock, per Redis."""
+        holder, _ = self._holder()
+        return bool(await self._query("HEXISTS", self._key, self._field(holder)))
+
+    async def hold_count(self) -> int:
+        """The calling holder's reentrancy count, per Redis; 0 if it does not hold it."""
+        holder, _ = self._holder()
+        count = await self._query("HGET", self._key, self._field(holder))
+        return int(count) if count is not None else 0
+
+    async def remaining_lease(self) -> float | None:
+        """Seconds left on the lease; None if the lock is absent or has no expiry."""
+        ms = int(await self._query("PTTL", self._key))
+        return None if ms < 0 else ms / 1000
+
+    async def _query(self, *args: str) -> Any:
+        self._client._check_open()
+        try:
+            return await self._client._runner.command(*args)
+        except ResponseError as exc:
+            raise self._script_error(exc) from exc
+
+    def statistics(self) -> LockStatistics:
+        """What this client knows locally; call it from the task whose hold you ask about."""
+        holder, _ = self._holder()
+        hold = self._client._holds.get(self._key, self._field(holder))
+        return LockStatistics(
+            name=self._name,
+            held_by_current_task=hold is not None and hold.count > 0,
+            hold_count=hold.count if hold else 0,
+            tasks_waiting=self._client._waiting.get(self._key, 0),
+        )
+
+    # -- shared script plumbing -----------------------------------------------------------
+
+    async def _run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        return await self._client._runner.run(script, keys, args)

@@ -1,0 +1,246 @@
+"""The aiolock client: one command pool, ONE pub/sub connection, ONE renewal task."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import uuid
+import warnings
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Self, TypeVar
+
+from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+from ._config import ClientOptions, TimeArg
+from ._exceptions import ClientClosedError, LockError
+from ._holders import HolderIds
+from ._holds import HoldRegistry
+from ._latches import LatchSweeper
+from ._lock import Lock
+from ._pubsub import Dispatcher
+from ._renewal import RenewalService
+from ._scripts import ScriptRunner
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._holds import Hold
+
+__all__ = ("Client",)
+
+log = logging.getLogger("aiolock")
+T = TypeVar("T")
+
+# How long one script call may take, resends included, before its latch or tombstone may
+# expire: generous, since an early expiry would let a resend count twice.
+_SOCKET_ALLOWANCE = 3.0
+
+
+class Client:
+    """An aiolock client: the factory of lock handles over one Redis connection setup.
+
+    ``Client.from_url(url, **options)`` owns its redis client; ``Client(redis, **options)``
+    wraps a ``redis.asyncio.Redis`` you own and close yourself. Connections open lazily.
+    Close with ``await client.aclose()`` or ``async with client:``.
+    """
+
+    def __init__(
+        self,
+        redis: Redis | RedisCluster,
+        *,
+        watchdog_timeout: TimeArg = 30.0,
+        key_prefix: str = "",
+        subscribe_timeout: TimeArg = 7.5,
+        retry_attempts: int = 3,
+        retry_interval: TimeArg = 0.2,
+        fair_lock_wait_timeout: TimeArg = 300.0,
+    ) -> None:
+        if isinstance(redis, RedisCluster):
+            raise NotImplementedError(
+                "aiolock does not support Redis Cluster yet; pass a redis.asyncio.Redis"
+            )
+        if not isinstance(redis, Redis):
+            raise TypeError(f"redis must be a redis.asyncio.Redis, not {type(redis).__name__}")
+        self._options = ClientOptions.build(
+            watchdog_timeout=watchdog_timeout,
+            key_prefix=key_prefix,
+            subscribe_timeout=subscribe_timeout,
+            retry_attempts=retry_attempts,
+            retry_interval=retry_interval,
+            fair_lock_wait_timeout=fair_lock_wait_timeout,
+        )
+        options = self._options
+        self._redis = redis
+        self._owns_redis = False
+        self._closed = False
+        self._started = False
+        #: This client's part of every holder id: a UUID4 in Java's text form.
+        self.id = str(uuid.uuid4())
+        self._publish = "PUBLISH"
+        self._lease_ms = round(options.watchdog_timeout * 1000)
+        # A wait for a lock without expiry (a foreign holder) is still bounded.
+        self._ttl_cap = options.watchdog_timeout
+        self._latch_ttl_ms = round(
+            (_SOCKET_ALLOWANCE + options.retry_interval) * (options.retry_attempts + 1) * 1000
+        )
+        self._background: set[asyncio.Task[Any]] = set()
+        self._calls = itertools.count(1)
+        self._waiting: dict[str, int] = {}
+        self._ids = HolderIds(self.id)
+        self._runner = ScriptRunner(
+            redis, retry_attempts=options.retry_attempts, retry_interval=options.retry_interval
+        )
+        self._dispatcher = Dispatcher(
+            redis, subscribe_timeout=options.subscribe_timeout, spawn=self._spawn
+        )
+        self._renewal = RenewalService(
+            self._runner,
+            lease_ms=self._lease_ms,
+            interval=options.watchdog_timeout / 3,
+            spawn=self._spawn,
+            on_lost=self._lease_lost,
+        )
+        self._holds = HoldRegistry(self._renewal)
+        self._latches = LatchSweeper(self._runner, self._spawn)
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        *,
+        watchdog_timeout: TimeArg = 30.0,
+        key_prefix: str = "",
+        subscribe_timeout: TimeArg = 7.5,
+        retry_attempts: int = 3,
+        retry_interval: TimeArg = 0.2,
+        fair_lock_wait_timeout: TimeArg = 300.0,
+    ) -> Self:
+        """A client that owns a new ``redis.asyncio.Redis`` for ``url`` and closes it."""
+        if not isinstance(url, str):
+            raise TypeError(f"url must be a str, not {type(url).__name__}")
+        redis = Redis.from_url(url)
+        try:
+            client = cls(
+                redis,
+                watchdog_timeout=watchdog_timeout,
+                key_prefix=key_prefix,
+                subscribe_timeout=subscribe_timeout,
+                retry_attempts=retry_attempts,
+                retry_interval=retry_interval,
+                fair_lock_wait_timeout=fair_lock_wait_timeout,
+            )
+        except BaseException:
+            # Nothing was connected yet; drop the pool without awaiting.
+            del redis
+            raise
+        client._owns_redis = True
+        return client
+
+    # -- handles --------------------------------------------------------------------------
+
+    def lock(self, name: str, *, owner: str | None = None) -> Lock:
+        """A reentrant lock handle (Redisson RLock layout). Creating it sends nothing."""
+        return Lock(self, name, owner=owner)
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    async def __aenter__(self) -> Self:
+        self._check_open()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop renewal, wake every waiter with ClientClosedError, close connections.
+
+        Locks still held are not released (they expire with their lease); each is logged
+        at WARNING. Releases and rollbacks already under way are allowed to finish.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        await self._renewal.aclose()
+        await self._dispatcher.aclose()
+        while self._background:
+            await asyncio.gather(*self._background, return_exceptions=True)
+        await self._latches.flush()
+        for hold in self._holds:
+            if hold.count and hold.lost is None:
+                log.warning(
+                    "aiolock: client closed while %s holds lock %r; it is not released "
+                    "and expires with its lease",
+                    hold.holder,
+                    hold.name,
+                )
+        if self._owns_redis:
+            await self._redis.aclose()
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if self._started and not self._closed:
+            _warn(
+                f"aiolock client {self.id} was never closed: call aclose()",
+                ResourceWarning,
+                stacklevel=1,
+                source=self,
+            )
+
+    # -- plumbing the handles share -------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosedError
+        self._started = True
+
+    def _next_call(self) -> str:
+        return f"{self.id}:{next(self._calls)}"
+
+    def _spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro`` as a background task the client keeps (and aclose() awaits)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background_done)
+        return task
+
+    def _background_done(self, task: asyncio.Task[Any]) -> None:
+        self._background.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None and not getattr(task, "_aiolock_awaited", False):
+            level = logging.WARNING if isinstance(exc, LockError) else logging.ERROR
+            log.log(level, "aiolock: background operation failed: %r", exc, exc_info=exc)
+
+    async def _shielded(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` to completion even if the caller is cancelled meanwhile."""
+        task = self._spawn(coro)
+        # The caller sees the outcome; the done-callback only reports it if the caller
+        # was cancelled before it could.
+        task._aiolock_awaited = True  # type: ignore[attr-defined]
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            task._aiolock_awaited = False  # type: ignore[attr-defined]
+            raise
+
+    def _lease_lost(self, hold: Hold, why: str) -> None:
+        log.warning(
+            "aiolock: lock %r held by %s was lost (%s): mutual exclusion is no longer "
+            "guaranteed; its unlock() will raise LockLostError",
+            hold.name,
+            hold.holder,
+            why,
+        )
+        self._holds.mark_lost(hold, why)

@@ -1,0 +1,149 @@
+"""Client options and the validation of every time and name the public API accepts.
+
+Everything here runs before any I/O, so bad input fails early with a message that names the
+argument.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+
+__all__ = ("ClientOptions", "check_name", "check_owner", "lease_seconds", "wait_seconds")
+
+TimeArg = float | int | timedelta | None
+
+
+def _seconds(value: object, arg: str) -> float:
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    # bool is an int, but `lease=True` is always a mistake.
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(
+            f"{arg} must be a number of seconds or a timedelta, not {type(value).__name__}"
+        )
+    seconds = float(value)
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise ValueError(f"{arg} must be finite, got {value!r} (use None for no limit)")
+    return seconds
+
+
+def lease_seconds(value: object, arg: str = "lease") -> float | None:
+    """Validate a lease: ``None`` (watchdog) or a finite number of seconds > 0."""
+    if value is None:
+        return None
+    seconds = _seconds(value, arg)
+    if seconds <= 0:
+        raise ValueError(f"{arg} must be > 0 seconds, got {value!r} (use None for the watchdog)")
+    # Redis takes whole milliseconds; a lease that rounds to 0 ms would expire at once.
+    if seconds < 0.001:
+        raise ValueError(f"{arg} must be at least 0.001 seconds, got {value!r}")
+    return seconds
+
+
+def wait_seconds(value: object, arg: str = "wait") -> float | None:
+    """Validate a wait: ``None`` (no limit) or a finite number of seconds >= 0."""
+    if value is None:
+        return None
+    seconds = _seconds(value, arg)
+    if seconds < 0:
+        raise ValueError(f"{arg} must be >= 0 seconds, got {value!r} (use None to wait forever)")
+    return seconds
+
+
+def _hash_tag_ok(name: str) -> bool:
+    # Redis Cluster hashes by the content between the first "{" and the next "}", if that
+    # content is non-empty. Derived keys wrap the name in braces only when it has no "{",
+    # so a name with a "{" but no valid tag would scatter one lock's keys over two slots.
+    start = name.find("{")
+    if start < 0:
+        return True
+    end = name.find("}", start + 1)
+    return end > start + 1
+
+
+def check_name(name: object, what: str = "name") -> str:
+    """Validate a lock name: a non-empty ``str`` whose hash tag, if any, is valid."""
+    if not isinstance(name, str):
+        raise TypeError(f"{what} must be a str, not {type(name).__name__}")
+    if not name:
+        raise ValueError(f"{what} must be a non-empty str")
+    if not _hash_tag_ok(name):
+        raise ValueError(
+            f"{what} {name!r} has a '{{' without a valid hash tag: its keys would land in "
+            "different cluster slots (use a non-empty '{tag}' or no braces)"
+        )
+    return name
+
+
+def check_owner(owner: object) -> str | None:
+    """Validate ``owner=``: ``None`` or a non-empty ``str``."""
+    if owner is None:
+        return None
+    if not isinstance(owner, str):
+        raise TypeError(f"owner must be a str, not {type(owner).__name__}")
+    if not owner:
+        raise ValueError("owner must be a non-empty str")
+    return owner
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClientOptions:
+    """The client's options, validated once at construction.
+
+    Times are seconds. ``watchdog_timeout`` is the lease of locks taken without ``lease``;
+    the renewal task renews them every third of it.
+    """
+
+    watchdog_timeout: float = 30.0
+    key_prefix: str = ""
+    subscribe_timeout: float = 7.5
+    retry_attempts: int = 3
+    retry_interval: float = 0.2
+    fair_lock_wait_timeout: float = 300.0
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        watchdog_timeout: TimeArg = 30.0,
+        key_prefix: str = "",
+        subscribe_timeout: TimeArg = 7.5,
+        retry_attempts: int = 3,
+        retry_interval: TimeArg = 0.2,
+        fair_lock_wait_timeout: TimeArg = 300.0,
+    ) -> ClientOptions:
+        """Validate raw keyword options and return the frozen options."""
+        if not isinstance(key_prefix, str):
+            raise TypeError(f"key_prefix must be a str, not {type(key_prefix).__name__}")
+        if isinstance(retry_attempts, bool) or not isinstance(retry_attempts, int):
+            raise TypeError(f"retry_attempts must be an int, not {type(retry_attempts).__name__}")
+        if retry_attempts < 0:
+            raise ValueError(f"retry_attempts must be >= 0, got {retry_attempts}")
+        return cls(
+            watchdog_timeout=_positive(watchdog_timeout, "watchdog_timeout"),
+            key_prefix=key_prefix,
+            subscribe_timeout=_positive(subscribe_timeout, "subscribe_timeout"),
+            retry_attempts=retry_attempts,
+            retry_interval=_non_negative(retry_interval, "retry_interval"),
+            fair_lock_wait_timeout=_positive(fair_lock_wait_timeout, "fair_lock_wait_timeout"),
+        )
+
+
+def _positive(value: object, arg: str) -> float:
+    if value is None:
+        raise TypeError(f"{arg} must be a number of seconds, not None")
+    seconds = _seconds(value, arg)
+    if seconds <= 0:
+        raise ValueError(f"{arg} must be > 0 seconds, got {value!r}")
+    return seconds
+
+
+def _non_negative(value: object, arg: str) -> float:
+    if value is None:
+        raise TypeError(f"{arg} must be a number of seconds, not None")
+    seconds = _seconds(value, arg)
+    if seconds < 0:
+        raise ValueError(f"{arg} must be >= 0 seconds, got {value!r}")
+    return seconds

@@ -1,0 +1,85 @@
+"""The error tree of aiolock: one root, documented leaves.
+
+Transport errors from redis-py (``redis.exceptions.ConnectionError``, ``TimeoutError``) are
+deliberately not wrapped: they pass through after the client's retries.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "ClientClosedError",
+    "LockError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockTimeoutError",
+    "LockUpgradeError",
+)
+
+
+class LockError(Exception):
+    """Root of every error aiolock raises on its own account."""
+
+
+class LockNotOwnedError(LockError):
+    """Raised by ``unlock()`` when the calling holder does not hold the lock.
+
+    The holder never held it, or already released every hold it had.
+    """
+
+    def __init__(self, name: str, holder: str) -> None:
+        super().__init__(f"lock {name!r} is not held by {holder}")
+        self.name = name
+        self.holder = holder
+
+
+class LockLostError(LockError):
+    """Raised by ``unlock()`` when the holder's lease ran out or was taken from it.
+
+    The holder believed it held the lock, but Redis no longer has its hold: the lease
+    expired (a starved event loop, a fixed ``lease`` that was too short), someone called
+    ``force_unlock()``, or a failover or restart dropped the key. Mutual exclusion may have
+    been violated while the holder kept working. The watchdog logs a WARNING as soon as it
+    notices; this error reports it to the holder at its next ``unlock()``.
+    """
+
+    def __init__(self, name: str, holder: str, detail: str = "") -> None:
+        why = f" ({detail})" if detail else ""
+        super().__init__(f"lock {name!r} held by {holder} was lost{why}")
+        self.name = name
+        self.holder = holder
+
+
+class LockTimeoutError(LockError, TimeoutError):
+    """Raised by ``acquired(wait=...)`` and other deadline-bound waits that ran out.
+
+    It is also a ``TimeoutError``, so ``except TimeoutError`` handles it with asyncio's own
+    timeouts.
+    """
+
+    def __init__(self, name: str, wait: float) -> None:
+        super().__init__(f"could not acquire {name!r} within {wait:g} s")
+        self.name = name
+        self.wait = wait
+
+
+class LockUpgradeError(LockError):
+    """Raised when a task holding only read holds asks for the write lock of the same name.
+
+    Redisson lets that thread wait for itself until a lease runs out; aiolock refuses at once
+    because the wait could never succeed. Release the read holds first.
+    """
+
+    def __init__(self, name: str, holder: str) -> None:
+        super().__init__(
+            f"{holder} holds read locks on {name!r} and asked for its write lock: "
+            "upgrading a read lock can never succeed; release the read holds first"
+        )
+        self.name = name
+        self.holder = holder
+
+
+class ClientClosedError(LockError):
+    """Raised for calls made, or waits still pending, after ``Client.aclose()``."""
+
+    def __init__(self, what: str = "the aiolock client") -> None:
+        super().__init__(f"{what} is closed")

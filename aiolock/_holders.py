@@ -1,0 +1,41 @@
+"""Holder identity: which asyncio task (or explicit owner) a hold belongs to.
+
+Each task gets ``"{client.id}:{n}"`` the first time it touches a lock of the client, with
+``n`` from a per-client counter. Tasks are looked up through a WeakKeyDictionary: not by
+``id(task)``, which the interpreter reuses, and not by a ContextVar, which a child task
+would inherit from its parent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import weakref
+from typing import Any
+
+__all__ = ("HolderIds",)
+
+
+class HolderIds:
+    """Assigns holder ids to tasks for one client."""
+
+    __slots__ = ("_client_id", "_counter", "_ids")
+
+    def __init__(self, client_id: str) -> None:
+        self._client_id = client_id
+        self._counter = itertools.count(1)
+        self._ids: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
+
+    def current(self) -> tuple[str, asyncio.Task[Any]]:
+        """The calling task's holder id, and the task."""
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        holder = self._ids.get(task)
+        if holder is None:
+            holder = self._ids[task] = f"{self._client_id}:{next(self._counter)}"
+        return holder, task
+
+    def owner(self, owner: str) -> str:
+        """The holder id of an explicit ``owner=``."""
+        return f"{self._client_id}:{owner}"

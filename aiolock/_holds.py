@@ -1,0 +1,173 @@
+"""What this client believes it holds, per (lock key, holder field).
+
+The server is the truth; this bookkeeping exists to tell a lost lease (``LockLostError``)
+from a lock never held (``LockNotOwnedError``), to know what the watchdog renews and which
+lease an unlock re-applies. It changes only in plain sync methods, called after the server
+answered, so it never runs ahead of Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import weakref
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ._renewal import RenewalService
+
+__all__ = ("Hold", "HoldRegistry")
+
+log = logging.getLogger("aiolock")
+
+
+@dataclass(eq=False, slots=True)
+class Hold:
+    """One holder's hold on one lock, with a lease entry per reentrant acquisition.
+
+    ``leases`` has one entry per lock() still to be matched by an unlock(): the explicit
+    lease in ms, or None for a watchdog lease. The key is renewed while any entry is None.
+    """
+
+    key: str
+    field: str
+    name: str
+    holder: str
+    kind: str = "hash"
+    leases: list[int | None] = dataclasses.field(default_factory=list)
+    lost: str | None = None
+    releasing: int = 0
+    # Extra data a renewal kind needs (the read lock's timeout-key prefix).
+    extra: str = ""
+
+    @property
+    def count(self) -> int:
+        """Reentrancy count as this client believes it."""
+        return len(self.leases)
+
+    @property
+    def renewed(self) -> bool:
+        """Whether the watchdog keeps this hold alive."""
+        return self.lost is None and None in self.leases
+
+    def reapply_ms(self, watchdog_ms: int) -> int:
+        """The lease an unlock re-applies while holds remain."""
+        if None in self.leases or not self.leases:
+            return watchdog_ms
+        last = self.leases[-1]
+        assert last is not None
+        return last
+
+
+class HoldRegistry:
+    """Every hold of one client, and the link to its renewal service."""
+
+    __slots__ = ("_by_task", "_holds", "_renewal")
+
+    def __init__(self, renewal: RenewalService) -> None:
+        self._renewal = renewal
+        self._holds: dict[tuple[str, str], Hold] = {}
+        self._by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], set[Hold]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, key: str, field: str) -> Hold | None:
+        """The hold of ``field`` on ``key``, if this client believes it has one."""
+        return self._holds.get((key, field))
+
+    def __iter__(self) -> Iterator[Hold]:
+        return iter(list(self._holds.values()))
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    def acquired(
+        self,
+        *,
+        key: str,
+        field: str,
+        name: str,
+        holder: str,
+        task: asyncio.Task[Any] | None,
+        count: int,
+        lease_ms: int | None,
+        kind: str = "hash",
+        extra: str = "",
+    ) -> Hold:
+        """Record a successful acquisition; ``count`` is the server's count after it."""
+        hold = self._holds.get((key, field))
+        if hold is None:
+            hold = self._holds[key, field] = Hold(key, field, name, holder, kind, extra=extra)
+            if task is not None:
+                self._watch_task(task, hold)
+        if hold.lost is not None or hold.count + 1 != count:
+            if hold.count:
+                log.warning(
+                    "aiolock: %s re-entered lock %r, but %d earlier hold(s) had been lost "
+                    "(%s); its hold count is now %d",
+                    holder,
+                    name,
+                    hold.count,
+                    hold.lost or "count mismatch",
+                    count,
+                )
+            hold.leases = [lease_ms] * (count - 1)
+            hold.lost = None
+        hold.leases.append(lease_ms)
+        if hold.renewed:
+            self._renewal.track(hold)
+        return hold
+
+    def released(self, hold: Hold, *, fully: bool) -> None:
+        """Record an unlock the server confirmed."""
+        if fully:
+            self.drop(hold)
+            return
+        if hold.leases:
+            hold.leases.pop()
+        if not hold.renewed:
+            self._renewal.untrack(hold)
+
+    def drop(self, hold: Hold) -> None:
+        """Forget ``hold`` entirely."""
+        hold.leases.clear()
+        self._renewal.untrack(hold)
+        if self._holds.get((hold.key, hold.field)) is hold:
+            del self._holds[hold.key, hold.field]
+
+    def mark_lost(self, hold: Hold, why: str) -> None:
+        """The hold is gone on the server: stop renewing, remember why for unlock()."""
+        if hold.lost is None:
+            hold.lost = why
+        self._renewal.untrack(hold)
+
+    def mark_key_lost(self, key: str, why: str) -> None:
+        """Every local hold on ``key`` is gone (force_unlock)."""
+        for hold in list(self._holds.values()):
+            if hold.key == key:
+                self.mark_lost(hold, why)
+
+    def _watch_task(self, task: asyncio.Task[Any], hold: Hold) -> None:
+        holds = self._by_task.get(task)
+        if holds is None:
+            holds = self._by_task[task] = set()
+            task.add_done_callback(self._task_done)
+        holds.add(hold)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        # A task cannot unlock after it ended: its holds would otherwise be renewed forever.
+        for hold in self._by_task.pop(task, ()):
+            if self._holds.get((hold.key, hold.field)) is hold and hold.count:
+                log.warning(
+                    "aiolock: task %s ended while %s held lock %r (%d hold(s)); it is no "
+                    "longer renewed and expires with its lease",
+                    task.get_name(),
+                    hold.holder,
+                    hold.name,
+                    hold.count,
+                )
+                self.drop(hold)

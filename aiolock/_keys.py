@@ -1,0 +1,70 @@
+"""Key, channel and field names in Redisson's layout (redisson-spec.md section 1.1).
+
+Pure functions: every derived name puts the object name in a ``{hash tag}`` (unless the name
+already has one), so all keys and channels of one object land in one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+__all__ = (
+    "fair_channel_base",
+    "fair_queue_key",
+    "fair_timeout_key",
+    "lock_channel",
+    "prefixed",
+    "rwlock_channel",
+    "rwlock_timeout_prefix",
+    "suffixed",
+    "unlock_latch_key",
+    "write_holder",
+)
+
+
+def prefixed(prefix: str, name: str) -> str:
+    """Redisson's prefix form: ``prefix:{name}``, or ``prefix:name`` if it has a ``{``."""
+    return f"{prefix}:{name}" if "{" in name else f"{prefix}:{{{name}}}"
+
+
+def suffixed(name: str, suffix: str) -> str:
+    """Redisson's suffix form: ``{name}:suffix``, or ``name:suffix`` if it has a ``{``."""
+    return f"{name}:{suffix}" if "{" in name else f"{{{name}}}:{suffix}"
+
+
+def lock_channel(name: str) -> str:
+    """The RLock/fenced lock channel, which receives ``0`` on full release."""
+    return prefixed("redisson_lock__channel", name)
+
+
+def unlock_latch_key(name: str, request_id: str) -> str:
+    """The per-unlock-call latch that makes a retried unlock replay, not decrement twice."""
+    return f"{prefixed('redisson_unlock_latch', name)}:{request_id}"
+
+
+def fair_queue_key(name: str) -> str:
+    """The fair lock's FIFO list of waiting holder ids."""
+    return prefixed("redisson_lock_queue", name)
+
+
+def fair_timeout_key(name: str) -> str:
+    """The fair lock's sorted set of waiter eviction deadlines (epoch ms)."""
+    return prefixed("redisson_lock_timeout", name)
+
+
+def fair_channel_base(name: str) -> str:
+    """The fair lock's channel base; each waiter listens on ``base:<holder id>``."""
+    return lock_channel(name)
+
+
+def rwlock_channel(name: str) -> str:
+    """The read-write lock's channel: ``0`` on read release, ``1`` on write release."""
+    return prefixed("redisson_rwlock", name)
+
+
+def rwlock_timeout_prefix(name: str, holder: str) -> str:
+    """Prefix of one read holder's per-hold timeout keys (``...:<k>`` for hold k)."""
+    return f"{suffixed(name, holder)}:rwlock_timeout"
+
+
+def write_holder(holder: str) -> str:
+    """The hash field of a write hold."""
+    return f"{holder}:write"

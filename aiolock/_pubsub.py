@@ -1,0 +1,345 @@
+"""The client's ONE pub/sub connection and the waiters it wakes.
+
+State changes (adding and removing waiters, counting subscribers, handling a message) are
+plain sync methods; the I/O (SUBSCRIBE/UNSUBSCRIBE, reading) happens at the edges. The
+dispatcher only ever *wakes* waiters; a woken waiter runs its acquire script again, so a
+spurious wake-up costs one round trip and a lost message costs at most one bounded wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._exceptions import ClientClosedError
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+    from redis.asyncio.connection import AbstractConnection
+
+__all__ = ("Dispatcher", "Subscription", "Waiter", "lock_wake_count", "permit_wake_count")
+
+log = logging.getLogger("aiolock")
+
+#: How many local waiters a message wakes; ``None`` means all of them.
+WakeCount = Callable[[bytes], "int | None"]
+
+
+def lock_wake_count(data: bytes) -> int | None:
+    """Lock channels: ``0`` (unlock) wakes one waiter, ``1`` (write unlock) wakes all."""
+    return None if data == b"1" else 1
+
+
+def permit_wake_count(data: bytes) -> int | None:
+    """Permit channels: the message is a count of permits; wake up to that many."""
+    try:
+        return max(int(data), 1)
+    except ValueError:
+        return 1
+
+
+class Waiter:
+    """One wait of one task: a fresh one-shot event, never cleared or reused."""
+
+    __slots__ = ("event", "woken_by_message")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.woken_by_message = False
+
+    async def wait(self, limit: float | None) -> bool:
+        """Wait until woken or ``limit`` seconds passed; True if woken."""
+        return await wait_event(self.event, limit)
+
+
+async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
+    """Wait for ``event`` at most ``limit`` seconds (None: no limit); True if it is set."""
+    if event.is_set():
+        return True
+    if limit is not None and limit <= 0:
+        return False
+    try:
+        async with asyncio.timeout(limit):
+            await event.wait()
+    except TimeoutError:
+        return False
+    return True
+
+
+class _Channel:
+    __slots__ = ("confirmed", "name", "refs", "waiters", "wake_count")
+
+    def __init__(self, name: str, wake_count: WakeCount) -> None:
+        self.name = name
+        self.wake_count = wake_count
+        self.refs = 0
+        # Insertion-ordered set: the longest-registered waiter is woken first.
+        self.waiters: dict[Waiter, None] = {}
+        self.confirmed = asyncio.Event()
+
+    def wake(self, count: int | None) -> int:
+        woken = 0
+        for waiter in self.waiters:
+            if count is not None and woken >= count:
+                break
+            if not waiter.event.is_set():
+                waiter.woken_by_message = True
+                waiter.event.set()
+                woken += 1
+        return woken
+
+
+class Subscription:
+    """A reference to one subscribed channel, held by one acquire call while it waits."""
+
+    __slots__ = ("_channel", "_dispatcher")
+
+    def __init__(self, dispatcher: Dispatcher, channel: _Channel) -> None:
+        self._dispatcher = dispatcher
+        self._channel = channel
+
+    def add_waiter(self) -> Waiter:
+        """Register a fresh waiter; messages from now on may wake it."""
+        waiter = Waiter()
+        self._channel.waiters[waiter] = None
+        if self._dispatcher.closed:
+            waiter.event.set()
+        return waiter
+
+    def remove_waiter(self, waiter: Waiter, *, leaving: bool) -> None:
+        """Unregister ``waiter``.
+
+        A waiter ``leaving`` the wait (deadline, cancellation, error) passes on a wake-up it
+        received but will not use, so another local waiter retries in its place.
+        """
+        self._channel.waiters.pop(waiter, None)
+        if leaving and waiter.woken_by_message:
+            self._channel.wake(1)
+
+    def release(self) -> None:
+        """Drop this reference; the last one unsubscribes."""
+        self._dispatcher.release(self._channel)
+
+
+class Dispatcher:
+    """One pub/sub connection per client, shared by every waiter on every channel.
+
+    Subscriptions are reference-counted per channel. After a reconnect every channel is
+    subscribed again and, once the server confirms it, every waiter on it is woken to
+    re-check: messages published while the connection was down are lost for good.
+    """
+
+    def __init__(
+        self,
+        redis: Redis,
+        *,
+        subscribe_timeout: float,
+        spawn: Callable[[Any], asyncio.Task[Any]],
+        keepalive: float = 10.0,
+    ) -> None:
+        self._redis = redis
+        self._subscribe_timeout = subscribe_timeout
+        self._spawn = spawn
+        self._keepalive = keepalive
+        self._channels: dict[str, _Channel] = {}
+        # Replies to (UN)SUBSCRIBE come back in order per channel on one connection; this
+        # queue of what was sent tells a reply to an old SUBSCRIBE from the current one.
+        self._sent: dict[str, deque[bool]] = {}
+        self._outbox: deque[tuple[str, bool]] = deque()
+        self._writing = False
+        self._conn: AbstractConnection | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self.closed = False
+        self.reconnects = 0
+
+    # -- sync state changes -------------------------------------------------------------
+
+    def _acquire_channel(self, name: str, wake_count: WakeCount) -> tuple[_Channel, bool]:
+        channel = self._channels.get(name)
+        is_new = channel is None
+        if channel is None:
+            channel = self._channels[name] = _Channel(name, wake_count)
+        channel.refs += 1
+        return channel, is_new
+
+    def release(self, channel: _Channel) -> None:
+        """Drop one reference to ``channel``; unsubscribe when none is left."""
+        channel.refs -= 1
+        assert channel.refs >= 0, channel.name
+        if channel.refs == 0 and self._channels.get(channel.name) is channel:
+            del self._channels[channel.name]
+            if not self.closed:
+                self._enqueue(channel.name, subscribe=False)
+
+    def _enqueue(self, name: str, *, subscribe: bool) -> None:
+        # Without a connection there is nothing to do: the reconnect subscribes exactly
+        # the channels that have subscribers then.
+        if self._conn is None:
+            return
+        self._sent.setdefault(name, deque()).append(subscribe)
+        self._outbox.append((name, subscribe))
+        if not self._writing:
+            self._writing = True
+            self._spawn(self._write())
+
+    def _on_reply(self, reply: Any) -> None:
+        if isinstance(reply, bytes | str):  # +PONG outside subscribed mode
+            return
+        kind = _text(reply[0])
+        if kind in {"message", "smessage"}:
+            channel = self._channels.get(_text(reply[1]))
+            if channel is not None:
+                data = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
+                channel.wake(channel.wake_count(data))
+        elif kind in {"subscribe", "ssubscribe", "unsubscribe", "sunsubscribe"}:
+            name = _text(reply[1])
+            sent = self._sent.get(name)
+            if sent:
+                sent.popleft()
+                if not sent:
+                    del self._sent[name]
+            if kind.endswith("unsubscribe") or sent:
+                return
+            channel = self._channels.get(name)
+            if channel is not None:
+                channel.confirmed.set()
+                # A (re)confirmed subscription may have missed messages: every waiter
+                # re-checks. On a first subscribe nobody waits yet, so this is free.
+                channel.wake(None)
+
+    # -- I/O at the edges ---------------------------------------------------------------
+
+    async def subscribe(
+        self, name: str, wake_count: WakeCount, limit: float | None
+    ) -> Subscription | None:
+        """Subscribe to ``name`` (shared with other local waiters) and wait for the server.
+
+        Returns None if ``limit`` (the caller's remaining wait) ran out first. Raises
+        redis-py's ``TimeoutError`` if the server did not confirm within
+        ``subscribe_timeout``, and :class:`ClientClosedError` once the client is closed.
+        """
+        if self.closed:
+            raise ClientClosedError
+        channel, is_new = self._acquire_channel(name, wake_count)
+        try:
+            if self._reader is None:
+                self._reader = self._spawn(self._run())
+            if is_new:
+                self._enqueue(name, subscribe=True)
+            bound = self._subscribe_timeout
+            by_caller = limit is not None and limit < bound
+            confirmed = await wait_event(channel.confirmed, limit if by_caller else bound)
+        except BaseException:
+            self.release(channel)
+            raise
+        if self._closed_now():
+            self.release(channel)
+            raise ClientClosedError
+        if confirmed:
+            return Subscription(self, channel)
+        self.release(channel)
+        if by_caller:
+            return None
+        raise RedisTimeoutError(
+            f"aiolock: subscription to {name!r} was not confirmed within {bound:g} s "
+            "(subscribe_timeout)"
+        )
+
+    async def _write(self) -> None:
+        # One writer sends in the order the state changes were made, so the replies match
+        # the queue of what was sent per channel.
+        try:
+            while self._outbox and self._conn is not None:
+                conn = self._conn
+                name, subscribe = self._outbox.popleft()
+                command = "SUBSCRIBE" if subscribe else "UNSUBSCRIBE"
+                # A failed send needs no handling here: the reader sees the same broken
+                # connection, reconnects and subscribes what has subscribers then.
+                with contextlib.suppress(RedisError, OSError):
+                    await conn.send_command(command, name, check_health=False)
+        finally:
+            self._writing = False
+
+    async def _run(self) -> None:
+        backoff = 0.02
+        first = True
+        while not self.closed:
+            conn = self._redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+            try:
+                await conn.connect()
+                self._sent.clear()
+                self._outbox.clear()
+                names = list(self._channels)
+                self._conn = conn
+                if not first:
+                    self.reconnects += 1
+                    log.info("aiolock: pub/sub reconnected; restoring %d channels", len(names))
+                first = False
+                if names:
+                    for name in names:
+                        self._sent.setdefault(name, deque()).append(True)
+                    await conn.send_command("SUBSCRIBE", *names, check_health=False)
+                backoff = 0.02
+                await self._read(conn)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                if not self.closed:
+                    log.warning("aiolock: pub/sub connection lost (%s); reconnecting", exc)
+            finally:
+                self._conn = None
+                for channel in self._channels.values():
+                    channel.confirmed.clear()
+                with contextlib.suppress(Exception):
+                    await conn.disconnect(nowait=True)
+            if not self.closed:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def _read(self, conn: AbstractConnection) -> None:
+        pinged = False
+        while True:
+            reply = await conn.read_response(
+                timeout=self._keepalive, disconnect_on_error=False, push_request=True
+            )
+            if reply is None:
+                # Nothing for a while: make sure the connection is alive, since a silently
+                # dropped one would otherwise deliver nothing ever again.
+                if pinged:
+                    raise RedisTimeoutError("pub/sub connection did not answer a PING")
+                await conn.send_command("PING", check_health=False)
+                pinged = True
+                continue
+            pinged = False
+            self._on_reply(reply)
+
+    async def aclose(self) -> None:
+        """Wake every waiter (they raise ClientClosedError) and close the connection."""
+        self.closed = True
+        for channel in self._channels.values():
+            channel.confirmed.set()
+            channel.wake(None)
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+
+    def _closed_now(self) -> bool:
+        # A method, so the type checker does not carry an earlier check across an await.
+        return self.closed
+
+    # -- introspection for statistics and tests -----------------------------------------
+
+    def channels(self) -> dict[str, int]:
+        """Map each subscribed channel to its number of local references."""
+        return {name: channel.refs for name, channel in self._channels.items()}
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,112 @@
+"""The watchdog: ONE task per client renews every watchdog-held lease in batches.
+
+Every ``watchdog_timeout / 3`` it sends one script call per batch of at most 100 locks.
+A lock whose holder field is gone is reported lost (WARNING, then ``LockLostError`` at the
+holder's unlock); an error is logged and the next period tries again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from ._scripts import load_script
+
+if TYPE_CHECKING:
+    from ._holds import Hold
+    from ._scripts import ScriptRunner
+
+__all__ = ("BATCH_SIZE", "RenewalService")
+
+log = logging.getLogger("aiolock")
+
+BATCH_SIZE = 100
+
+
+class RenewalService:
+    """Renews the leases of tracked holds until they are untracked or found lost."""
+
+    def __init__(
+        self,
+        runner: ScriptRunner,
+        *,
+        lease_ms: int,
+        interval: float,
+        spawn: Callable[[Any], asyncio.Task[Any]],
+        on_lost: Callable[[Hold, str], None],
+        batch_size: int = BATCH_SIZE,
+    ) -> None:
+        self._runner = runner
+        self._lease_ms = lease_ms
+        self._interval = interval
+        self._spawn = spawn
+        self._on_lost = on_lost
+        self._batch_size = batch_size
+        self._holds: dict[Hold, None] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        #: Renewal script calls sent so far (benchmarks and tests read it).
+        self.calls = 0
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    def track(self, hold: Hold) -> None:
+        """Renew ``hold`` from the next period on."""
+        self._holds[hold] = None
+        if self._task is None and not self._closed:
+            self._task = self._spawn(self._run())
+
+    def untrack(self, hold: Hold) -> None:
+        """Stop renewing ``hold``."""
+        self._holds.pop(hold, None)
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                await asyncio.sleep(self._interval)
+                if not self._holds:
+                    return
+                await self.renew_once()
+        finally:
+            self._task = None
+
+    async def renew_once(self) -> None:
+        """Renew every tracked hold now, one script call per batch."""
+        holds = list(self._holds)
+        script = load_script("lock_renew")
+        for start in range(0, len(holds), self._batch_size):
+            batch = holds[start : start + self._batch_size]
+            keys = [hold.key for hold in batch]
+            args: list[str | int] = [self._lease_ms, *(hold.field for hold in batch)]
+            self.calls += 1
+            try:
+                renewed = await self._runner.run(script, keys, args)
+            except (RedisError, OSError) as exc:
+                log.warning(
+                    "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
+                    len(batch),
+                    exc,
+                    self._interval,
+                )
+                continue
+            for hold, ok in zip(batch, renewed, strict=True):
+                # An unlock in flight may already have deleted the key: not a loss.
+                if not int(ok) and hold in self._holds and not hold.releasing:
+                    self._on_lost(hold, "the watchdog found its hold gone")
+
+    async def aclose(self) -> None:
+        """Stop renewing; leases still held run out on their own."""
+        self._closed = True
+        task = self._task
+        if task is not None:
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                if (current := asyncio.current_task()) is not None and current.cancelling():
+                    raise

@@ -1,0 +1,133 @@
+"""Lua scripts shipped as package data, and the one place they are run and decoded.
+
+Each script is loaded once from ``aiolock/lua/`` and run by EVALSHA; on NOSCRIPT (a fresh or
+flushed server) it is loaded with SCRIPT LOAD and run again. Transient connection errors are
+retried with the same arguments: every script is written so that a resend is harmless
+(acquire by target count, release by unlock latch, rollback by tombstone, renewal is
+idempotent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+if TYPE_CHECKING:
+    from redis.asyncio import Redis
+
+__all__ = ("AcquireReply", "Script", "ScriptRunner", "load_script")
+
+log = logging.getLogger("aiolock")
+
+
+@dataclass(frozen=True, slots=True)
+class Script:
+    """One Lua file: its name, text and SHA-1 (computed locally, never asked of the server)."""
+
+    name: str
+    text: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.text.encode()).hexdigest())  # noqa: S324
+
+
+_cache: dict[str, Script] = {}
+
+
+def load_script(name: str) -> Script:
+    """Return the script ``aiolock/lua/<name>.lua``, read from the installed package once."""
+    script = _cache.get(name)
+    if script is None:
+        text = (resources.files("aiolock") / "lua" / f"{name}.lua").read_text("utf-8")
+        script = _cache[name] = Script(name, text)
+    return script
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireReply:
+    """Decoded reply of an acquire script.
+
+    ``acquired`` with ``count`` = the holder's reentrancy count after the call; otherwise
+    ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry), or ``cancelled``
+    when the call had already been rolled back.
+    """
+
+    acquired: bool
+    count: int = 0
+    ttl_ms: int = -1
+    cancelled: bool = False
+
+    @classmethod
+    def decode(cls, raw: Any) -> AcquireReply:
+        """Map the script's ``{status, value}`` pair to a reply."""
+        status, value = int(raw[0]), int(raw[1])
+        if status == 1:
+            return cls(acquired=True, count=value)
+        if status == 0:
+            return cls(acquired=False, ttl_ms=value)
+        return cls(acquired=False, cancelled=True)
+
+
+def as_int(raw: Any) -> int | None:
+    """Decode an integer reply that may come as int, bytes or str (decode_responses)."""
+    if raw is None:
+        return None
+    return int(raw)
+
+
+class ScriptRunner:
+    """Runs the package's scripts on one client's command connections.
+
+    It belongs to one :class:`~aiolock.Client` (never shared at class level), so scripts
+    always go to that client's server.
+    """
+
+    __slots__ = ("_redis", "_retry_attempts", "_retry_interval")
+
+    def __init__(self, redis: Redis, *, retry_attempts: int, retry_interval: float) -> None:
+        self._redis = redis
+        self._retry_attempts = retry_attempts
+        self._retry_interval = retry_interval
+
+    async def run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        """Run ``script`` with ``keys``/``args``, retrying transient connection errors."""
+        attempt = 0
+        while True:
+            try:
+                return await self._evalsha(script, keys, args)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                attempt += 1
+                if attempt > self._retry_attempts:
+                    raise
+                log.debug("retrying %s after %r (attempt %d)", script.name, exc, attempt)
+                await asyncio.sleep(self._retry_interval)
+
+    async def _evalsha(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        try:
+            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            # The server lost its script cache (restart, SCRIPT FLUSH, failover): load the
+            # text once and resend. The SHA is the same, so concurrent callers converge.
+            await self._redis.script_load(script.text)
+            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
+
+    async def command(self, *args: str | int) -> Any:
+        """Run one plain command with the same retry policy."""
+        attempt = 0
+        while True:
+            try:
+                return await self._redis.execute_command(*args)  # type: ignore[no-untyped-call]
+            except (RedisConnectionError, RedisTimeoutError):
+                attempt += 1
+                if attempt > self._retry_attempts:
+                    raise
+                await asyncio.sleep(self._retry_interval)

@@ -1,0 +1,29 @@
+-- Acquire (or re-enter) a reentrant lock: Redisson RLock layout.
+--
+-- KEYS[1]  lock hash: holder id -> reentrancy count
+-- KEYS[2]  cancel tombstone of this acquire call (written by lock_rollback.lua)
+-- ARGV[1]  lease in ms
+-- ARGV[2]  holder id "<client uuid>:<n>"
+-- ARGV[3]  the count this holder has once this call succeeds (its local count + 1)
+--
+-- Returns {1, count} when acquired (count = the holder's count after this call), or
+-- {0, pttl} when another holder has it (pttl = ms left on its lease, -1 without expiry),
+-- or {-1, 0} when this call was already cancelled and rolled back.
+--
+-- ARGV[3] makes a resent call idempotent: if the first send already took the hold, the
+-- field already equals the target count, so the resend refreshes the lease and does not
+-- count twice. The stored state is exactly Redisson's; only the return value carries more.
+if redis.call('exists', KEYS[2]) == 1 then
+    return {-1, 0}
+end
+local count = redis.call('hget', KEYS[1], ARGV[2])
+if count and tonumber(count) == tonumber(ARGV[3]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, tonumber(count)}
+end
+if count or redis.call('exists', KEYS[1]) == 0 then
+    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
+    return {1, count}
+end
+return {0, redis.call('pttl', KEYS[1])}

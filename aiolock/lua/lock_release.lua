@@ -1,0 +1,31 @@
+-- Release one hold of a reentrant lock: Redisson RLock unlock, with the unlock latch.
+--
+-- KEYS[1]  lock hash
+-- KEYS[2]  lock channel "redisson_lock__channel:{name}"
+-- KEYS[3]  unlock latch "redisson_unlock_latch:{name}:<request id>"
+-- ARGV[1]  unlock message "0"
+-- ARGV[2]  lease in ms to re-apply while holds remain
+-- ARGV[3]  holder id
+-- ARGV[4]  publish command: PUBLISH or SPUBLISH
+-- ARGV[5]  latch TTL in ms
+--
+-- Returns nil if the holder has no hold, 0 if holds remain, 1 if the lock was released
+-- (then ARGV[1] was published on KEYS[2]). A resend of the same call (same request id)
+-- replays the first result from the latch instead of decrementing again.
+local done = redis.call('get', KEYS[3])
+if done then
+    return tonumber(done)
+end
+if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+    return nil
+end
+local count = redis.call('hincrby', KEYS[1], ARGV[3], -1)
+if count > 0 then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
+    return 0
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+return 1

@@ -1,0 +1,21 @@
+-- Watchdog renewal of a batch of hash-held locks (Redisson LockTask).
+--
+-- KEYS[i]    lock hash i (at most 100 per call; all in one cluster slot)
+-- ARGV[1]    lease in ms
+-- ARGV[i+1]  the holder field registered for KEYS[i]
+--
+-- Returns one entry per key: 1 if the holder still held it and the lease was renewed,
+-- 0 if its hold is gone (the lease ran out or was taken), so the caller marks it lost.
+-- A key that now holds another type counts as gone (pcall): one such key must not fail
+-- the renewal of the other locks in its batch.
+local renewed = {}
+for i = 1, #KEYS do
+    local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
+    if held == 1 then
+        redis.call('pexpire', KEYS[i], ARGV[1])
+        renewed[i] = 1
+    else
+        renewed[i] = 0
+    end
+end
+return renewed

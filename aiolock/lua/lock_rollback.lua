@@ -1,0 +1,27 @@
+-- Undo an acquire whose reply never arrived (the caller was cancelled while it was in
+-- flight), so no hold is left that nobody knows about.
+--
+-- KEYS[1]  lock hash
+-- KEYS[2]  lock channel
+-- KEYS[3]  cancel tombstone of that acquire call (the same KEYS[2] it was sent with)
+-- ARGV[1]  holder id
+-- ARGV[2]  the count the acquire would have produced
+-- ARGV[3]  lease in ms to re-apply while holds remain
+-- ARGV[4]  publish command
+-- ARGV[5]  tombstone TTL in ms
+--
+-- Returns 1 if the acquire had taken a hold and it was given back, 0 if it had not (the
+-- tombstone then stops it from taking one should it still reach the server).
+local count = redis.call('hget', KEYS[1], ARGV[1])
+if not count or tonumber(count) ~= tonumber(ARGV[2]) then
+    redis.call('set', KEYS[3], 1, 'px', ARGV[5])
+    return 0
+end
+if tonumber(count) > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[1], -1)
+    redis.call('pexpire', KEYS[1], ARGV[3])
+    return 1
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[4], KEYS[2], '0')
+return 1

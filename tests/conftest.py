@@ -1,0 +1,83 @@
+"""Fixtures: a real server for the session, clients, unique names and a leak check."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+from aiolock.testing import ServerHandle, redis_server
+
+# Tombstones of cancelled acquires outlive the test by design (they expire on their own
+# after a few seconds); they are not lock state.
+_TRANSIENT_PREFIXES = ("aiolock_acquire_cancel:",)
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[ServerHandle]:
+    """One real server for the whole run (REDIS_URL, Docker, PATH or embedded Valkey)."""
+    with redis_server() as handle:
+        yield handle
+
+
+@pytest.fixture(scope="session")
+def redis_url(server: ServerHandle) -> str:
+    return server.url
+
+
+@pytest.fixture
+def uid() -> str:
+    """A fresh token that every name of one test contains."""
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture
+def name(uid: str) -> str:
+    """A lock name unique to this test."""
+    return f"test:{uid}"
+
+
+@pytest.fixture
+async def raw(redis_url: str, uid: str) -> AsyncIterator[Redis]:
+    """A plain redis client for assertions; at the end, nothing of this test may remain."""
+    redis = Redis.from_url(redis_url, decode_responses=True)
+    yield redis
+    try:
+        leftover = [
+            key
+            async for key in redis.scan_iter(match=f"*{uid}*")
+            if not key.startswith(_TRANSIENT_PREFIXES)
+        ]
+        channels = await redis.pubsub_channels(f"*{uid}*")
+        assert not leftover, f"keys left behind: {leftover}"
+        assert not channels, f"subscriptions left behind: {channels}"
+    finally:
+        await redis.aclose()
+
+
+ClientFactory = Callable[..., aiolock.Client]
+
+
+@pytest.fixture
+async def make_client(redis_url: str, raw: Redis) -> AsyncIterator[ClientFactory]:
+    """Build clients (each stands for one process); all are closed before the leak check."""
+    clients: list[aiolock.Client] = []
+
+    def make(**options: Any) -> aiolock.Client:
+        client = aiolock.Client.from_url(redis_url, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+@pytest.fixture
+async def client(make_client: ClientFactory) -> aiolock.Client:
+    """A client with the default options."""
+    return make_client()

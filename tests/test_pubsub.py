@@ -1,0 +1,169 @@
+"""One shared pub/sub connection: ref-counted channels, wake rules, and reconnects."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from redis.asyncio import Redis
+
+import aiolock
+from aiolock._keys import lock_channel
+from aiolock._pubsub import Dispatcher, Subscription, _Channel, lock_wake_count, permit_wake_count
+
+from .conftest import ClientFactory
+from .helpers import wait_until
+
+
+def _subscription(wake: object = lock_wake_count) -> tuple[Dispatcher, Subscription, _Channel]:
+    dispatcher = Dispatcher.__new__(Dispatcher)
+    dispatcher.closed = False
+    channel = _Channel("ch", wake)  # type: ignore[arg-type]
+    channel.refs = 1
+    dispatcher._channels = {"ch": channel}
+    return dispatcher, Subscription(dispatcher, channel), channel
+
+
+def _message(data: bytes) -> list[bytes]:
+    return [b"message", b"ch", data]
+
+
+def test_unlock_message_wakes_one_waiter_longest_waiting_first() -> None:
+    """Message 0 wakes exactly one local waiter: the one registered first."""
+    dispatcher, sub, _ = _subscription()
+    waiters = [sub.add_waiter() for _ in range(3)]
+    dispatcher._on_reply(_message(b"0"))
+    assert [w.event.is_set() for w in waiters] == [True, False, False]
+    dispatcher._on_reply(_message(b"0"))
+    assert [w.event.is_set() for w in waiters] == [True, True, False]
+
+
+def test_write_unlock_message_wakes_all() -> None:
+    """Message 1 wakes every local waiter."""
+    dispatcher, sub, _ = _subscription()
+    waiters = [sub.add_waiter() for _ in range(3)]
+    dispatcher._on_reply(_message(b"1"))
+    assert all(w.event.is_set() for w in waiters)
+
+
+def test_permit_count_wakes_up_to_that_many() -> None:
+    """On a permit channel, a count n wakes at most n waiters."""
+    dispatcher, sub, _ = _subscription(permit_wake_count)
+    waiters = [sub.add_waiter() for _ in range(5)]
+    dispatcher._on_reply(_message(b"3"))
+    assert sum(w.event.is_set() for w in waiters) == 3
+
+
+def test_unused_wake_is_passed_on_when_a_waiter_leaves() -> None:
+    """A woken waiter that gives up (cancelled, deadline) hands its wake-up on."""
+    dispatcher, sub, _ = _subscription()
+    first, second = sub.add_waiter(), sub.add_waiter()
+    dispatcher._on_reply(_message(b"0"))
+    sub.remove_waiter(first, leaving=True)
+    assert second.event.is_set()
+
+
+def test_confirmation_wakes_every_waiter_to_recheck() -> None:
+    """A (re)confirmed subscription wakes all waiters: messages may have been missed."""
+    dispatcher, sub, channel = _subscription()
+    dispatcher._sent = {}
+    waiters = [sub.add_waiter() for _ in range(2)]
+    dispatcher._on_reply([b"subscribe", b"ch", 1])
+    assert channel.confirmed.is_set()
+    assert all(w.event.is_set() for w in waiters)
+
+
+def test_stale_subscribe_reply_does_not_confirm() -> None:
+    """A reply to an older SUBSCRIBE, with an UNSUBSCRIBE and SUBSCRIBE queued, is not taken."""
+    dispatcher, _, channel = _subscription()
+    dispatcher._sent = {}
+    for subscribe in (True, False, True):
+        dispatcher._sent.setdefault("ch", deque()).append(subscribe)
+    dispatcher._on_reply([b"subscribe", b"ch", 1])
+    dispatcher._on_reply([b"unsubscribe", b"ch", 0])
+    assert not channel.confirmed.is_set()
+    dispatcher._on_reply([b"subscribe", b"ch", 1])
+    assert channel.confirmed.is_set()
+
+
+async def _pubsub_clients(raw: Redis) -> int:
+    return len(await raw.client_list(_type="pubsub"))
+
+
+async def test_one_connection_serves_every_waiter(
+    client: aiolock.Client, raw: Redis, uid: str
+) -> None:
+    """Ten tasks waiting on three locks share one pub/sub connection, one SUBSCRIBE each."""
+    holders = [client.lock(f"test:{uid}:{i}", owner="holder") for i in range(3)]
+    for lock in holders:
+        await lock.lock()
+    waiters = [asyncio.create_task(client.lock(f"test:{uid}:{i % 3}").lock()) for i in range(10)]
+    await wait_until(lambda: sum(client._waiting.values()) == 10, what="ten waiting")
+    await wait_until(lambda: _all_confirmed(client), what="subscriptions confirmed")
+    assert await _pubsub_clients(raw) == 1
+    numsub = dict(await raw.pubsub_numsub(*(lock_channel(lock.name) for lock in holders)))
+    assert set(numsub.values()) == {1}
+    for task in waiters:
+        task.cancel()
+    await asyncio.gather(*waiters, return_exceptions=True)
+    for lock in holders:
+        await lock.unlock()
+
+
+def _all_confirmed(client: aiolock.Client) -> bool:
+    channels = client._dispatcher._channels.values()
+    return bool(channels) and all(c.confirmed.is_set() for c in channels)
+
+
+async def test_waiters_recover_after_pubsub_connection_is_killed(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """CLIENT KILL TYPE pubsub while tasks wait: every one of them still acquires.
+
+    The holder's lease is long (watchdog 30 s) and the test's safety net is much shorter,
+    so the waiters cannot be rescued by the TTL-bounded wait: only a restored subscription
+    and the re-check after it can wake them in time.
+    """
+    client = make_client()
+    holder = client.lock(name, owner="holder")
+    await holder.lock()
+    acquired: list[int] = []
+
+    async def worker(i: int) -> None:
+        async with client.lock(name):
+            acquired.append(i)
+
+    tasks = [asyncio.create_task(worker(i)) for i in range(5)]
+    await wait_until(lambda: holder.statistics().tasks_waiting == 5, what="five waiting")
+    await wait_until(lambda: _all_confirmed(client), what="subscribed")
+    await raw.client_kill_filter(_type="pubsub")
+    # Release while the subscription is (probably) down: that message may be lost.
+    await holder.unlock()
+    async with asyncio.timeout(10):
+        await asyncio.gather(*tasks)
+    assert sorted(acquired) == list(range(5))
+    assert client._dispatcher.reconnects >= 1
+
+
+async def test_repeated_pubsub_kills_while_waiting(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Kills before, during and after a handoff chain never strand a waiter."""
+    client = make_client()
+    count = 0
+
+    async def worker() -> None:
+        nonlocal count
+        for _ in range(5):
+            async with client.lock(name):
+                value = count
+                await asyncio.sleep(0)
+                count = value + 1
+
+    tasks = [asyncio.create_task(worker()) for _ in range(6)]
+    async with asyncio.timeout(20):
+        while not all(t.done() for t in tasks):
+            await raw.client_kill_filter(_type="pubsub")
+            await asyncio.wait(tasks, timeout=0.05)
+        await asyncio.gather(*tasks)
+    assert count == 30

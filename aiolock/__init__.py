@@ -12,11 +12,16 @@ from ._exceptions import LockLostError as LockLostError
 from ._exceptions import LockNotOwnedError as LockNotOwnedError
 from ._exceptions import LockTimeoutError as LockTimeoutError
 from ._exceptions import LockUpgradeError as LockUpgradeError
+from ._fair_lock import FairLock as FairLock
 from ._lock import Lock as Lock
+from ._rwlock import ReadLock as ReadLock
+from ._rwlock import ReadWriteLock as ReadWriteLock
+from ._rwlock import WriteLock as WriteLock
 
 __all__ = (
     "Client",
     "ClientClosedError",
+    "FairLock",
     "Lock",
     "LockError",
     "LockLostError",
@@ -24,6 +29,9 @@ __all__ = (
     "LockStatistics",
     "LockTimeoutError",
     "LockUpgradeError",
+    "ReadLock",
+    "ReadWriteLock",
+    "WriteLock",
 )
 
 # Tracebacks and reprs say aiolock.Lock, not aiolock._lock.Lock.

@@ -81,8 +81,9 @@ class LockBase:
         raise NotImplementedError
 
     async def _try_once(
-        self, field: str, lease_ms: int, target: int, tombstone: str
+        self, field: str, lease_ms: int, target: int, tombstone: str, *, wait: float | None
     ) -> AcquireReply:  # pragma: no cover - abstract
+        """Run the acquire script once; ``wait`` is the call's (None: forever, 0: no wait)."""
         raise NotImplementedError
 
     async def _rollback(
@@ -164,7 +165,7 @@ class LockBase:
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
 
-        reply = await self._attempt(field, lease_ms)
+        reply = await self._attempt(field, lease_ms, wait=wait)
         if reply.acquired:
             self._won(holder, task, field, reply.count, None if lease is None else lease_ms)
             return True
@@ -172,12 +173,19 @@ class LockBase:
             await self._give_up(holder)
             return False
         return await self._wait(
-            holder=holder, task=task, field=field, lease_ms=lease_ms, lease=lease, deadline=deadline
+            wait=wait,
+            holder=holder,
+            task=task,
+            field=field,
+            lease_ms=lease_ms,
+            lease=lease,
+            deadline=deadline,
         )
 
     async def _wait(
         self,
         *,
+        wait: float | None,
         holder: str,
         task: asyncio.Task[Any] | None,
         field: str,
@@ -204,7 +212,7 @@ class LockBase:
                     waiter = sub.add_waiter()
                     leaving = True
                     try:
-                        reply = await self._attempt(field, lease_ms)
+                        reply = await self._attempt(field, lease_ms, wait=wait)
                         if reply.acquired:
                             leaving = False
                             self._won(
@@ -247,7 +255,7 @@ class LockBase:
         if self._leaves_queue:
             await self._client._shielded(self._leave_queue(holder))
 
-    async def _attempt(self, field: str, lease_ms: int) -> AcquireReply:
+    async def _attempt(self, field: str, lease_ms: int, *, wait: float | None) -> AcquireReply:
         client = self._client
         hold = client._holds.get(self._key, field)
         # The count this holder has once the attempt succeeds: a resend that finds it
@@ -255,7 +263,7 @@ class LockBase:
         target = (hold.count if hold else 0) + 1
         tombstone = f"{prefixed('aiolock_acquire_cancel', self._key)}:{client._next_call()}"
         try:
-            return await self._try_once(field, lease_ms, target, tombstone)
+            return await self._try_once(field, lease_ms, target, tombstone, wait=wait)
         except ResponseError as exc:
             # The script failed before it changed anything: nothing to roll back.
             raise self._script_error(exc) from exc

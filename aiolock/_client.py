@@ -15,12 +15,14 @@ from redis.asyncio.cluster import RedisCluster
 
 from ._config import ClientOptions, TimeArg
 from ._exceptions import ClientClosedError, LockError
+from ._fair_lock import FairLock
 from ._holders import HolderIds
 from ._holds import HoldRegistry
 from ._latches import LatchSweeper
 from ._lock import Lock
 from ._pubsub import Dispatcher
 from ._renewal import RenewalService
+from ._rwlock import ReadWriteLock
 from ._scripts import ScriptRunner
 
 if TYPE_CHECKING:
@@ -143,6 +145,14 @@ class Client:
     def lock(self, name: str, *, owner: str | None = None) -> Lock:
         """A reentrant lock handle (Redisson RLock layout). Creating it sends nothing."""
         return Lock(self, name, owner=owner)
+
+    def fair_lock(self, name: str, *, owner: str | None = None) -> FairLock:
+        """A FIFO reentrant lock handle (Redisson RFairLock layout)."""
+        return FairLock(self, name, owner=owner)
+
+    def read_write_lock(self, name: str, *, owner: str | None = None) -> ReadWriteLock:
+        """A read-write lock (Redisson RReadWriteLock layout): ``.read_lock()``, ``.write_lock()``."""
+        return ReadWriteLock(self, name, owner=owner)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ class Lock(LockBase):
         return self._chan
 
     async def _try_once(
-        self, field: str, lease_ms: int, target: int, tombstone: str
+        self, field: str, lease_ms: int, target: int, tombstone: str, *, wait: float | None
     ) -> AcquireReply:
         raw = await self._run(
             load_script("lock_acquire"), [self._key, tombstone], [lease_ms, field, target]

@@ -151,7 +151,7 @@ class Client:
         return FairLock(self, name, owner=owner)
 
     def read_write_lock(self, name: str, *, owner: str | None = None) -> ReadWriteLock:
-        """A read-write lock (Redisson RReadWriteLock layout): ``.read_lock()``, ``.write_lock()``."""
+        """A read-write lock (RReadWriteLock layout): ``.read_lock()``, ``.write_lock()``."""
         return ReadWriteLock(self, name, owner=owner)
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -18,9 +18,13 @@ _TRANSIENT_PREFIXES = ("aiolock_acquire_cancel:",)
 
 
 @pytest.fixture(scope="session")
-def server() -> Iterator[ServerHandle]:
+def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
     """One real server for the whole run (REDIS_URL, Docker, PATH or embedded Valkey)."""
-    with redis_server() as handle:
+    with redis_server(announce=False) as handle:
+        # Uncaptured, so every CI log says which server the run was against.
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"aiolock tests: using {handle}")
         yield handle
 
 

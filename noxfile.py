@@ -1,0 +1,67 @@
+"""Developer and CI sessions: ``nox`` runs tests, lint and mypy; ``nox -s bench`` benchmarks.
+
+Tests run against a wheel installed non-editable, so a file missing from the wheel (a Lua
+script, py.typed) fails them. Reuse a prebuilt wheel with
+``nox -s tests -- --installpkg dist/aiolock-X-py3-none-any.whl [pytest args]``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import nox
+
+nox.needs_version = ">=2025.2.9"  # nox.project.dependency_groups
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["tests", "lint", "mypy"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+LINTED = ["aiolock", "tests", "benchmarks", "noxfile.py"]
+
+
+def _install_wheel(session: nox.Session, *groups: str) -> list[str]:
+    """Install the project's wheel and the given dependency groups; return the other posargs."""
+    args = list(session.posargs)
+    if "--installpkg" in args:
+        at = args.index("--installpkg")
+        wheel = args[at + 1]
+        del args[at : at + 2]
+    else:
+        dist = Path(session.create_tmp()) / "dist"
+        shutil.rmtree(dist, ignore_errors=True)
+        session.run("python", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), ".")
+        (built,) = dist.glob("aiolock-*.whl")
+        wheel = str(built)
+    session.install(wheel, *nox.project.dependency_groups(PYPROJECT, *groups))
+    return args
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run pytest against the installed wheel; pass pytest arguments after ``--``."""
+    pytest_args = _install_wheel(session, "tests")
+    # nox fails on any non-zero exit, so pytest's 5 ("no tests collected") fails too.
+    session.run("pytest", *pytest_args)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", *LINTED)
+    session.run("ruff", "format", "--check", *LINTED)
+
+
+@nox.session
+def mypy(session: nox.Session) -> None:
+    """mypy --strict over aiolock, tests and benchmarks (configured in pyproject.toml)."""
+    mypy_args = _install_wheel(session, "typing")
+    session.run("mypy", *mypy_args)
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """Run the benchmarks against the installed wheel; arguments after ``--`` go to them."""
+    bench_args = _install_wheel(session, "bench")
+    session.run("python", "-m", "benchmarks", *bench_args)

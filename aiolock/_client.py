@@ -199,7 +199,8 @@ class Client:
             await self._redis.aclose()
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
-        if self._started and not self._closed:
+        # getattr: __init__ may have raised before these existed.
+        if getattr(self, "_started", False) and not getattr(self, "_closed", True):
             _warn(
                 f"aiolock client {self.id} was never closed: call aclose()",
                 ResourceWarning,

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from ._client import Client
+    from ._holds import Hold
     from ._pubsub import WakeCount
     from ._scripts import AcquireReply, Script
 
@@ -152,7 +153,8 @@ class LockBase:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # unlock() runs shielded: a body cancelled (even twice) still releases.
+        # A body cancelled (even twice, the second time during this release) still
+        # releases: unlock() finishes a cancelled release in the background.
         await self.unlock()
 
     async def _acquire(self, wait: float | None, lease: float | None) -> bool:
@@ -309,25 +311,46 @@ class LockBase:
         client = self._client
         client._check_open()
         holder, _ = self._holder()
-        # Shielded: once sent, the release completes and the bookkeeping follows the
-        # server's answer even if the caller is cancelled meanwhile.
-        await client._shielded(self._unlock(holder))
-
-    async def _unlock(self, holder: str) -> None:
-        client = self._client
         field = self._field(holder)
         hold = client._holds.get(self._key, field)
+        # One latch per unlock call: every resend of this call replays the first result.
         latch = unlock_latch_key(self._key, secrets.token_hex(16))
         reapply = hold.reapply_ms(client._lease_ms) if hold else client._lease_ms
         if hold is not None:
+            # While a release is in flight the watchdog may find the key gone: not a loss.
             hold.releasing += 1
         try:
             result = await self._release_once(field, reapply, latch)
-        except ResponseError as exc:
-            raise self._script_error(exc) from exc
+        except asyncio.CancelledError:
+            # Cancelled with the script in flight: finish the release in the background
+            # (a resend with the same latch never releases twice), so the bookkeeping
+            # follows the server's answer and no hold is left that nobody tracks.
+            client._spawn(self._finish_unlock(holder, field, hold, reapply, latch))
+            raise
+        except BaseException as exc:
+            if hold is not None:
+                hold.releasing -= 1
+            if isinstance(exc, ResponseError):
+                raise self._script_error(exc) from exc
+            raise
+        if hold is not None:
+            hold.releasing -= 1
+        self._settle_unlock(holder, hold, latch, result)
+
+    async def _finish_unlock(
+        self, holder: str, field: str, hold: Hold | None, reapply: int, latch: str
+    ) -> None:
+        try:
+            result = await self._release_once(field, reapply, latch)
         finally:
             if hold is not None:
                 hold.releasing -= 1
+        self._settle_unlock(holder, hold, latch, result)
+
+    def _settle_unlock(
+        self, holder: str, hold: Hold | None, latch: str, result: int | None
+    ) -> None:
+        client = self._client
         if result is None:
             if hold is not None and hold.count:
                 why = hold.lost or "its lease ran out or was taken before unlock()"

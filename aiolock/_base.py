@@ -26,10 +26,23 @@ if TYPE_CHECKING:
 
     from ._client import Client
     from ._holds import Hold
-    from ._pubsub import WakeCount
+    from ._pubsub import Subscription, Waiter, WakeCount
     from ._scripts import AcquireReply, Script
 
 __all__ = ("LockBase", "LockStatistics")
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """What one acquire call fixed before its first round trip."""
+
+    holder: str
+    task: asyncio.Task[Any] | None
+    field: str
+    lease_ms: int
+    won_lease: int | None  # the lease recorded for the hold: None means the watchdog
+    wait: float | None
+    deadline: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,83 +179,61 @@ class LockBase:
         lease_ms = client._lease_ms if lease is None else max(1, round(lease * 1000))
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
+        won_lease = None if lease is None else lease_ms
 
-        reply = await self._attempt(field, lease_ms, wait=wait)
-        if reply.acquired:
-            self._won(holder, task, field, reply.count, None if lease is None else lease_ms)
-            return True
-        if deadline is not None and loop.time() >= deadline:
+        # Others of this client already wait on this lock: join their subscription and
+        # register before the first attempt, so no second attempt is needed to close the
+        # race with a release published in between.
+        sub = None if wait == 0 else client._dispatcher.join(self._channel(holder))
+        waiter = None if sub is None else sub.add_waiter()
+        try:
+            reply = await self._attempt(field, lease_ms, wait=wait)
+        except BaseException:
+            if sub is not None and waiter is not None:
+                sub.remove_waiter(waiter, leaving=True)
+                sub.release()
+            raise
+        if reply.acquired or (deadline is not None and loop.time() >= deadline):
+            if sub is not None and waiter is not None:
+                sub.remove_waiter(waiter, leaving=not reply.acquired)
+                sub.release()
+            if reply.acquired:
+                self._won(holder, task, field, reply.count, won_lease)
+                return True
             await self._give_up(holder)
             return False
         return await self._wait(
-            wait=wait,
-            holder=holder,
-            task=task,
-            field=field,
-            lease_ms=lease_ms,
-            lease=lease,
-            deadline=deadline,
+            _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline), sub, waiter, reply
         )
 
     async def _wait(
         self,
-        *,
-        wait: float | None,
-        holder: str,
-        task: asyncio.Task[Any] | None,
-        field: str,
-        lease_ms: int,
-        lease: float | None,
-        deadline: float | None,
+        call: _Attempt,
+        sub: Subscription | None,
+        waiter: Waiter | None,
+        reply: AcquireReply,
     ) -> bool:
         client = self._client
         loop = asyncio.get_running_loop()
         waiting = client._waiting
         waiting[self._key] = waiting.get(self._key, 0) + 1
         try:
-            remaining = None if deadline is None else deadline - loop.time()
-            sub = await client._dispatcher.subscribe(
-                self._channel(holder), self._wake_count, remaining
-            )
             if sub is None:
-                await self._give_up(holder)
-                return False
+                remaining = None if call.deadline is None else call.deadline - loop.time()
+                sub = await client._dispatcher.subscribe(
+                    self._channel(call.holder), self._wake_count, remaining
+                )
+                if sub is None:
+                    await self._give_up(call.holder)
+                    return False
+                waiter = None  # subscribed only now: attempt again before waiting
             try:
-                while True:
-                    # Register before the attempt: a release published while the script
-                    # is in flight then wakes this very waiter, so it is never missed.
-                    waiter = sub.add_waiter()
-                    leaving = True
-                    try:
-                        reply = await self._attempt(field, lease_ms, wait=wait)
-                        if reply.acquired:
-                            leaving = False
-                            self._won(
-                                holder,
-                                task,
-                                field,
-                                reply.count,
-                                None if lease is None else lease_ms,
-                            )
-                            return True
-                        client._check_open()
-                        # A lost message costs at most the holder's remaining lease.
-                        bound = reply.ttl_ms / 1000 if reply.ttl_ms >= 0 else client._ttl_cap
-                        if deadline is not None:
-                            remaining = deadline - loop.time()
-                            if remaining <= 0:
-                                break
-                            bound = min(bound, remaining)
-                        await waiter.wait(bound)
-                        client._check_open()
-                        leaving = False
-                    finally:
-                        sub.remove_waiter(waiter, leaving=leaving)
+                return await self._wait_subscribed(call, sub, waiter, reply)
             finally:
                 sub.release()
         except BaseException:
             if self._leaves_queue:
-                client._spawn(self._leave_queue(holder))
+                client._spawn(self._leave_queue(call.holder))
             raise
         finally:
             count = waiting[self._key] - 1
@@ -250,8 +241,48 @@ class LockBase:
                 waiting[self._key] = count
             else:
                 del waiting[self._key]
-        await self._give_up(holder)
-        return False
+
+    async def _wait_subscribed(
+        self,
+        call: _Attempt,
+        sub: Subscription,
+        waiter: Waiter | None,
+        reply: AcquireReply,
+    ) -> bool:
+        client = self._client
+        loop = asyncio.get_running_loop()
+        while True:
+            if waiter is None:
+                # Register before the attempt: a release published while the script is in
+                # flight then wakes this very waiter, so it is never missed.
+                waiter = sub.add_waiter()
+                try:
+                    reply = await self._attempt(call.field, call.lease_ms, wait=call.wait)
+                except BaseException:
+                    sub.remove_waiter(waiter, leaving=True)
+                    raise
+                if reply.acquired:
+                    sub.remove_waiter(waiter, leaving=False)
+                    self._won(call.holder, call.task, call.field, reply.count, call.won_lease)
+                    return True
+            # A lost message costs at most the holder's remaining lease.
+            bound = reply.ttl_ms / 1000 if reply.ttl_ms >= 0 else client._ttl_cap
+            if call.deadline is not None:
+                remaining = call.deadline - loop.time()
+                if remaining <= 0:
+                    sub.remove_waiter(waiter, leaving=True)
+                    await self._give_up(call.holder)
+                    return False
+                bound = min(bound, remaining)
+            try:
+                client._check_open()
+                await waiter.wait(bound)
+                client._check_open()
+            except BaseException:
+                sub.remove_waiter(waiter, leaving=True)
+                raise
+            sub.remove_waiter(waiter, leaving=False)
+            waiter = None
 
     async def _give_up(self, holder: str) -> None:
         if self._leaves_queue:

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import RedisCluster
 
 from ._config import ClientOptions, TimeArg
@@ -38,6 +38,9 @@ T = TypeVar("T")
 # How long one script call may take, resends included, before its latch or tombstone may
 # expire: generous, since an early expiry would let a resend count twice.
 _SOCKET_ALLOWANCE = 3.0
+# Command connections of a client built from a URL, and how long a call waits for one.
+_POOL_SIZE = 64
+_POOL_WAIT = 30.0
 
 
 class Client:
@@ -122,7 +125,11 @@ class Client:
         """A client that owns a new ``redis.asyncio.Redis`` for ``url`` and closes it."""
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
-        redis = Redis.from_url(url)
+        # A blocking pool: a burst of acquires beyond the pool size waits for a connection
+        # instead of failing (the default pool raises MaxConnectionsError at 100 in use).
+        redis = Redis.from_pool(
+            BlockingConnectionPool.from_url(url, max_connections=_POOL_SIZE, timeout=_POOL_WAIT)
+        )
         try:
             client = cls(
                 redis,

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._exceptions import ClientClosedError
@@ -75,12 +74,13 @@ async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
 
 
 class _Channel:
-    __slots__ = ("confirmed", "name", "refs", "waiters", "wake_count")
+    __slots__ = ("confirmed", "linger", "name", "refs", "waiters", "wake_count")
 
     def __init__(self, name: str, wake_count: WakeCount) -> None:
         self.name = name
         self.wake_count = wake_count
         self.refs = 0
+        self.linger: asyncio.TimerHandle | None = None
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
         self.confirmed = asyncio.Event()
@@ -144,8 +144,10 @@ class Dispatcher:
         subscribe_timeout: float,
         spawn: Callable[[Any], asyncio.Task[Any]],
         keepalive: float = 10.0,
+        linger: float = 0.5,
     ) -> None:
         self._redis = redis
+        self._linger = linger
         self._subscribe_timeout = subscribe_timeout
         self._spawn = spawn
         self._keepalive = keepalive
@@ -167,13 +169,40 @@ class Dispatcher:
         is_new = channel is None
         if channel is None:
             channel = self._channels[name] = _Channel(name, wake_count)
-        channel.refs += 1
+        self._ref(channel)
         return channel, is_new
 
+    def _ref(self, channel: _Channel) -> None:
+        channel.refs += 1
+        if channel.linger is not None:
+            channel.linger.cancel()
+            channel.linger = None
+
+    def join(self, name: str) -> Subscription | None:
+        """A reference to ``name`` if it is subscribed and confirmed already, else None.
+
+        No I/O: a waiter registered on it now hears every later message, so an acquire
+        that joins before its first attempt needs no second attempt after subscribing.
+        """
+        channel = self._channels.get(name)
+        if channel is None or self.closed or not channel.confirmed.is_set():
+            return None
+        self._ref(channel)
+        return Subscription(self, channel)
+
     def release(self, channel: _Channel) -> None:
-        """Drop one reference to ``channel``; unsubscribe when none is left."""
+        """Drop one reference to ``channel``; unsubscribe a while after none is left."""
         channel.refs -= 1
         assert channel.refs >= 0, channel.name
+        if channel.refs == 0 and self._channels.get(channel.name) is channel and not self.closed:
+            # Linger: a hot lock is waited on again a moment later, and keeping the
+            # channel spares an UNSUBSCRIBE, a SUBSCRIBE and a retry for each new wait.
+            channel.linger = asyncio.get_running_loop().call_later(
+                self._linger, self._expire, channel
+            )
+
+    def _expire(self, channel: _Channel) -> None:
+        channel.linger = None
         if channel.refs == 0 and self._channels.get(channel.name) is channel:
             del self._channels[channel.name]
             if not self.closed:
@@ -260,11 +289,16 @@ class Dispatcher:
             while self._outbox and self._conn is not None:
                 conn = self._conn
                 name, subscribe = self._outbox.popleft()
+                names = [name]
+                while self._outbox and self._outbox[0][1] == subscribe:
+                    names.append(self._outbox.popleft()[0])
                 command = "SUBSCRIBE" if subscribe else "UNSUBSCRIBE"
-                # A failed send needs no handling here: the reader sees the same broken
-                # connection, reconnects and subscribes what has subscribers then.
-                with contextlib.suppress(RedisError, OSError):
-                    await conn.send_command(command, name, check_health=False)
+                try:
+                    await conn.send_command(command, *names, check_health=False)
+                except Exception as exc:
+                    # Nothing to undo: the reader sees the same broken connection,
+                    # reconnects and subscribes what has subscribers then.
+                    log.debug("aiolock: pub/sub %s failed: %r", command, exc)
         finally:
             self._writing = False
 
@@ -292,6 +326,10 @@ class Dispatcher:
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if not self.closed:
                     log.warning("aiolock: pub/sub connection lost (%s); reconnecting", exc)
+            except Exception:
+                # Never let the one reader die: every waiter would then depend on its
+                # lease-bounded timeout alone.
+                log.exception("aiolock: pub/sub reader failed; reconnecting")
             finally:
                 self._conn = None
                 for channel in self._channels.values():
@@ -323,6 +361,8 @@ class Dispatcher:
         """Wake every waiter (they raise ClientClosedError) and close the connection."""
         self.closed = True
         for channel in self._channels.values():
+            if channel.linger is not None:
+                channel.linger.cancel()
             channel.confirmed.set()
             channel.wake(None)
         if self._reader is not None:

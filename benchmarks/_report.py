@@ -1,0 +1,284 @@
+"""Markdown tables, target ratios and the JSON file of one benchmark run."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ("Row", "markdown", "ratios", "write")
+
+Row = dict[str, Any]  # one merged row: case, variant, impl + metrics
+Value = float | int | str | None
+
+
+def _num(value: Value, digits: int = 0) -> str:
+    if value is None or isinstance(value, str):
+        return "-" if value is None else value
+    if digits == 0:
+        return f"{value:,.0f}"
+    return f"{value:,.{digits}f}"
+
+
+def _ms(value: Value) -> str:
+    if not isinstance(value, int | float):
+        return "-"
+    if value >= 100:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}" if value >= 1 else f"{value:.3f}"
+
+
+def _ratio(num: Value, den: Value) -> float | None:
+    if isinstance(num, int | float) and isinstance(den, int | float) and den:
+        return float(num) / float(den)
+    return None
+
+
+def _find(rows: Sequence[Row], case: str, variant: str, impl: str) -> Row | None:
+    for row in rows:
+        if (row["case"], row["variant"], row["impl"]) == (case, variant, impl):
+            return row
+    return None
+
+
+def _notes(row: Row, impl_note: str) -> str:
+    bits: list[str] = []
+    for key, label in (
+        ("give_ups", "give-ups"),
+        ("stragglers", "stragglers"),
+        ("errors", "errors"),
+        ("exclusion_violations", "EXCLUSION VIOLATIONS"),
+    ):
+        value = row.get(key)
+        if isinstance(value, int | float) and value:
+            bits.append(f"{label}: {value:,.0f}")
+    if row.get("first_error"):
+        bits.append(f"first error: {row['first_error']}")
+    if row.get("aiolock_log"):
+        bits.append(f"aiolock logged: {row['aiolock_log']}")
+    if impl_note and row.get("status") == "ok":
+        bits.append(impl_note)
+    return "; ".join(bits)
+
+
+def _table(header: Sequence[str], lines: Sequence[Sequence[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    out += ["| " + " | ".join(cells) + " |" for cells in lines]
+    return out
+
+
+def _rows_for(
+    rows: Sequence[Row],
+    impls: Mapping[str, Mapping[str, str]],
+    case: str,
+    cells: Callable[[Row], list[str]],
+    width: int,
+) -> list[list[str]]:
+    lines: list[list[str]] = []
+    for row in rows:
+        if row["case"] != case:
+            continue
+        info = impls[row["impl"]]
+        head = [info["label"], info["mode"], row["variant"]]
+        if row.get("status") != "ok":
+            lines.append([*head, str(row.get("status")), *[""] * (width - 4)])
+        else:
+            lines.append([*head, *cells(row), _notes(row, info.get("note", ""))])
+    return lines
+
+
+def markdown(result: Mapping[str, Any]) -> str:
+    """The whole report as markdown."""
+    meta = result["meta"]
+    impls: Mapping[str, Mapping[str, str]] = result["impls"]
+    rows: Sequence[Row] = result["summary"]
+    env = meta["environment"]
+    pkgs = ", ".join(f"{k} {v}" for k, v in env["packages"].items() if v)
+    out = [
+        "# aiolock benchmark results",
+        "",
+        f"- mode: {meta['mode']} ({meta['duration_s']} s per measurement, "
+        f"{meta['reps']} interleaved repetition(s); medians shown), run took "
+        f"{meta['elapsed_s']:.0f} s",
+        f"- server: {meta['server']['kind']} {meta['server']['server_name']} "
+        f"{meta['server']['server_version']} (redis_version {meta['server']['redis_version']})"
+        ", loopback",
+        f"- Python {env['python']} ({env['implementation']}), {env['platform']}",
+        f"- CPU: {env['cpu_model']}, {env['cpu_count']} cores",
+        f"- packages: {pkgs}",
+        "",
+        "Peers that could not run:",
+        "",
+    ]
+    missing = [f"- {v['label']}: {v['status']}" for v in impls.values() if v.get("status")]
+    out += [*(missing or ["- none"]), ""]
+
+    floor = {v: _find(rows, "uncontended", v, "floor-2xevalsha") for v in ("1 task", "32 tasks")}
+    out += ["## 1. Uncontended lock+unlock pairs", ""]
+    header = ["implementation", "mode", "tasks", "pairs/s", "÷ 2xEVALSHA floor",
+              "pair p50 ms", "pair p99 ms", "client CPU µs/pair", "server CPU µs/pair",
+              "server cmds/pair", "round trips/pair", "notes"]  # fmt: skip
+
+    def uncontended(row: Row) -> list[str]:
+        base = floor.get(row["variant"])
+        vs = _ratio(row.get("pairs_per_s"), base.get("pairs_per_s") if base else None)
+        return [
+            _num(row.get("pairs_per_s")),
+            "-" if vs is None else f"{vs:.2f}",
+            _ms(row.get("pair_p50_ms")),
+            _ms(row.get("pair_p99_ms")),
+            _num(row.get("client_cpu_us_per_op")),
+            _num(row.get("server_cpu_us_per_op")),
+            _num(row.get("server_cmds_per_op"), 2),
+            _num(row.get("round_trips_per_op"), 2),
+        ]
+
+    out += _table(header, _rows_for(rows, impls, "uncontended", uncontended, len(header)))
+
+    out += ["", "## 2. One lock, N contending tasks", ""]
+    header = ["implementation", "mode", "N", "acq/s", "owner changes/s", "÷ ring",
+              "immediate re-acq %", "per-task min-max", "wait p50 / p99 / max ms",
+              "server cmds/acq", "round trips/acq", "client CPU µs/acq", "notes"]  # fmt: skip
+
+    def contended(row: Row) -> list[str]:
+        ring = _find(rows, row["case"], row["variant"], "ring")
+        vs = _ratio(
+            row.get("owner_changes_per_s"), ring.get("owner_changes_per_s") if ring else None
+        )
+        return [
+            _num(row.get("acq_per_s")),
+            _num(row.get("owner_changes_per_s")),
+            "-" if vs is None else f"{vs:.2f}",
+            _num(row.get("immediate_reacquire_pct"), 1),
+            f"{_num(row.get('per_task_min'))}-{_num(row.get('per_task_max'))}",
+            " / ".join(_ms(row.get(k)) for k in ("wait_p50_ms", "wait_p99_ms", "wait_max_ms")),
+            _num(row.get("server_cmds_per_op"), 2),
+            _num(row.get("round_trips_per_op"), 2),
+            _num(row.get("client_cpu_us_per_op")),
+        ]
+
+    out += _table(header, _rows_for(rows, impls, "contended", contended, len(header)))
+    out += ["", "Server commands per acquisition, by command (largest first):", ""]
+    out += [
+        f"- {impls[r['impl']]['label']} {r['variant']}: {r.get('server_cmds', '')}"
+        for r in rows
+        if r["case"] == "contended" and r.get("status") == "ok" and r["variant"] == "N=16"
+    ]
+
+    out += ["", "## 3. Forced handoff (a releaser queues again only after another took it)", ""]
+    header = ["implementation", "mode", "N", "handoffs/s", "handoff p50 ms", "÷ ring p50",
+              "handoff p99 ms", "wait p99 ms", "round trips/acq", "notes"]  # fmt: skip
+
+    def handoff(row: Row) -> list[str]:
+        ring = _find(rows, row["case"], row["variant"], "ring")
+        vs = _ratio(row.get("handoff_p50_ms"), ring.get("handoff_p50_ms") if ring else None)
+        return [
+            _num(row.get("owner_changes_per_s")),
+            _ms(row.get("handoff_p50_ms")),
+            "-" if vs is None else f"{vs:.2f}",
+            _ms(row.get("handoff_p99_ms")),
+            _ms(row.get("wait_p99_ms")),
+            _num(row.get("round_trips_per_op"), 2),
+        ]
+
+    out += _table(header, _rows_for(rows, impls, "handoff", handoff, len(header)))
+
+    out += ["", "## 4. Read-write lock: 8 readers + 1 writer on one lock", ""]
+    header = ["implementation", "mode", "tasks", "reads/s", "writes/s", "read wait p50 / p99 ms",
+              "write wait p50 / p99 / max ms", "round trips/acq", "notes"]  # fmt: skip
+
+    def rw(row: Row) -> list[str]:
+        return [
+            _num(row.get("read_acq_per_s")),
+            _num(row.get("write_acq_per_s")),
+            " / ".join(_ms(row.get(k)) for k in ("read_wait_p50_ms", "read_wait_p99_ms")),
+            " / ".join(
+                _ms(row.get(k))
+                for k in ("write_wait_p50_ms", "write_wait_p99_ms", "write_wait_max_ms")
+            ),
+            _num(row.get("round_trips_per_op"), 2),
+        ]
+
+    out += _table(header, _rows_for(rows, impls, "rw", rw, len(header)))
+
+    out += ["", "## 5. Scale (aiolock)", ""]
+    wd = result.get("watchdog")
+    if wd:
+        out += _kv_table(
+            "watchdog: locks held under the watchdog (watchdog_timeout=3 s, period 1 s)", wd
+        )
+    wt: Sequence[Mapping[str, Any]] = result.get("waiters") or []
+    if wt:
+        keys: list[str] = []
+        for variant in wt:
+            keys.extend(k for k in variant if k not in keys and k != "client")
+        lines = [
+            [k, *(_fmt_ratio(v.get(k)) if v.get(k) is not None else "-" for v in wt)] for k in keys
+        ]
+        out += ["**waiters: tasks waiting on locks, memory while parked, then drained**", ""]
+        out += [*_table(["metric", *(str(v.get("client")) for v in wt)], lines), ""]
+
+    out += ["", "## Target ratios", ""]
+    out += [f"- {k}: {_fmt_ratio(v)}" for k, v in result.get("ratios", {}).items()]
+    out += ["", "See benchmarks/README.md for what each number means.", ""]
+    return "\n".join(out)
+
+
+def _fmt_ratio(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}"
+    return "n/a (not measured)" if value is None else str(value)
+
+
+def _kv_table(title: str, data: Mapping[str, Any]) -> list[str]:
+    lines = [[k, _fmt_ratio(v) if isinstance(v, float) else str(v)] for k, v in data.items()]
+    return [f"**{title}**", "", *_table(["metric", "value"], lines), ""]
+
+
+def ratios(rows: Sequence[Row], result: Mapping[str, Any]) -> dict[str, Any]:
+    """The project's target ratios for aiolock's Lock (``None`` where not measured)."""
+
+    def get(case: str, variant: str, impl: str, metric: str) -> Value:
+        row = _find(rows, case, variant, impl)
+        return None if row is None or row.get("status") != "ok" else row.get(metric)
+
+    out: dict[str, Any] = {}
+    for v in ("1 task", "32 tasks"):
+        out[f"uncontended pairs/s ÷ 2xEVALSHA floor ({v})"] = _ratio(
+            get("uncontended", v, "aiolock", "pairs_per_s"),
+            get("uncontended", v, "floor-2xevalsha", "pairs_per_s"),
+        )
+    out["N=16 owner changes/s ÷ token ring"] = _ratio(
+        get("contended", "N=16", "aiolock", "owner_changes_per_s"),
+        get("contended", "N=16", "ring", "owner_changes_per_s"),
+    )
+    for v in ("N=2", "N=16"):
+        out[f"handoff p50 ÷ ring p50 ({v})"] = _ratio(
+            get("handoff", v, "aiolock", "handoff_p50_ms"),
+            get("handoff", v, "ring", "handoff_p50_ms"),
+        )
+        out[f"handoff p99 ms ({v})"] = get("handoff", v, "aiolock", "handoff_p99_ms")
+    out["round trips per contended acquisition (N=16)"] = get(
+        "contended", "N=16", "aiolock", "round_trips_per_op"
+    )
+    out["server commands per contended acquisition (N=16)"] = get(
+        "contended", "N=16", "aiolock", "server_cmds_per_op"
+    )
+    wd = result.get("watchdog") or {}
+    out["watchdog renewal calls (evalsha) per period, 10,000 locks"] = wd.get(
+        "renewal_evalsha_per_period"
+    )
+    return out
+
+
+def write(out_dir: Path, result: Mapping[str, Any], md: str) -> list[Path]:
+    """Write results.json and results.md; return their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / "results.json"
+    md_path = out_dir / "results.md"
+    json_path.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+    md_path.write_text(md, encoding="utf-8")
+    return [json_path, md_path]

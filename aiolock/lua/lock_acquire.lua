@@ -13,17 +13,18 @@
 -- ARGV[3] makes a resent call idempotent: if the first send already took the hold, the
 -- field already equals the target count, so the resend refreshes the lease and does not
 -- count twice. The stored state is exactly Redisson's; only the return value carries more.
-if redis.call('exists', KEYS[2]) == 1 then
-    return {-1, 0}
-end
 local count = redis.call('hget', KEYS[1], ARGV[2])
 if count and tonumber(count) == tonumber(ARGV[3]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, tonumber(count)}
 end
-if count or redis.call('exists', KEYS[1]) == 0 then
-    count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, count}
+if not count and redis.call('exists', KEYS[1]) == 1 then
+    return {0, redis.call('pttl', KEYS[1])}
 end
-return {0, redis.call('pttl', KEYS[1])}
+-- About to take a hold: unless this call was cancelled and rolled back already.
+if redis.call('exists', KEYS[2]) == 1 then
+    return {-1, 0}
+end
+count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+redis.call('pexpire', KEYS[1], ARGV[1])
+return {1, count}

@@ -66,6 +66,9 @@ class LockBase:
     __slots__ = ("__weakref__", "_client", "_key", "_name", "_owner")
 
     _wake_count: WakeCount = staticmethod(lock_wake_count)
+    #: Whether a release wakes a local waiter directly and newcomers queue behind local
+    #: waiters instead of barging (lock types whose release message is ``0``: wake one).
+    _local_handoff = False
     #: Whether a waiter that gives up must tell the server (the fair lock's queue).
     _leaves_queue = False
 
@@ -185,7 +188,15 @@ class LockBase:
         # register before the first attempt, so no second attempt is needed to close the
         # race with a release published in between.
         sub = None if wait == 0 else client._dispatcher.join(self._channel(holder))
-        waiter = None if sub is None else sub.add_waiter()
+        waiter = None
+        if sub is not None:
+            queue_behind = self._local_handoff and sub.has_waiters()
+            waiter = sub.add_waiter()
+            if queue_behind:
+                # No barging: local waiters are handed the lock in turn as it is released,
+                # so a newcomer (often the task that just released it) waits its turn.
+                call = _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline)
+                return await self._wait(call, sub, waiter, client._lease_left_ms(self._key))
         try:
             reply = await self._attempt(field, lease_ms, wait=wait)
         except BaseException:
@@ -203,7 +214,10 @@ class LockBase:
             await self._give_up(holder)
             return False
         return await self._wait(
-            _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline), sub, waiter, reply
+            _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline),
+            sub,
+            waiter,
+            reply.ttl_ms,
         )
 
     async def _wait(
@@ -211,12 +225,14 @@ class LockBase:
         call: _Attempt,
         sub: Subscription | None,
         waiter: Waiter | None,
-        reply: AcquireReply,
+        ttl_ms: int,
     ) -> bool:
         client = self._client
         loop = asyncio.get_running_loop()
         waiting = client._waiting
         waiting[self._key] = waiting.get(self._key, 0) + 1
+        if ttl_ms >= 0:
+            client._lease_until[self._key] = loop.time() + ttl_ms / 1000
         try:
             if sub is None:
                 remaining = None if call.deadline is None else call.deadline - loop.time()
@@ -228,7 +244,7 @@ class LockBase:
                     return False
                 waiter = None  # subscribed only now: attempt again before waiting
             try:
-                return await self._wait_subscribed(call, sub, waiter, reply)
+                return await self._wait_subscribed(call, sub, waiter, ttl_ms)
             finally:
                 sub.release()
         except BaseException:
@@ -241,13 +257,14 @@ class LockBase:
                 waiting[self._key] = count
             else:
                 del waiting[self._key]
+                client._lease_until.pop(self._key, None)
 
     async def _wait_subscribed(
         self,
         call: _Attempt,
         sub: Subscription,
         waiter: Waiter | None,
-        reply: AcquireReply,
+        ttl_ms: int,
     ) -> bool:
         client = self._client
         loop = asyncio.get_running_loop()
@@ -265,8 +282,11 @@ class LockBase:
                     sub.remove_waiter(waiter, leaving=False)
                     self._won(call.holder, call.task, call.field, reply.count, call.won_lease)
                     return True
+                ttl_ms = reply.ttl_ms
+                if ttl_ms >= 0:
+                    client._lease_until[self._key] = loop.time() + ttl_ms / 1000
             # A lost message costs at most the holder's remaining lease.
-            bound = reply.ttl_ms / 1000 if reply.ttl_ms >= 0 else client._ttl_cap
+            bound = ttl_ms / 1000 if ttl_ms >= 0 else client._ttl_cap
             if call.deadline is not None:
                 remaining = call.deadline - loop.time()
                 if remaining <= 0:
@@ -391,6 +411,8 @@ class LockBase:
         client._latches.add(latch)
         if hold is not None:
             client._holds.released(hold, fully=result == 1)
+        if result == 1 and self._local_handoff:
+            client._dispatcher.hand_off(self._channel(holder))
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
@@ -399,7 +421,10 @@ class LockBase:
             deleted = await self._force_once()
         except ResponseError as exc:
             raise self._script_error(exc) from exc
-        self._client._holds.mark_key_lost(self._key, "force_unlock() deleted it")
+        if deleted:
+            # Only what was deleted is lost (a read-write lock's force_unlock() of the other
+            # mode deletes nothing, and this client's holds on it stay valid).
+            self._client._holds.mark_key_lost(self._key, "force_unlock() deleted it")
         return deleted
 
     # -- queries --------------------------------------------------------------------------

@@ -93,6 +93,8 @@ class Client:
         self._background: set[asyncio.Task[Any]] = set()
         self._calls = itertools.count(1)
         self._waiting: dict[str, int] = {}
+        # Lock key -> loop time its lease runs out, as this client's waiters last saw it.
+        self._lease_until: dict[str, float] = {}
         self._ids = HolderIds(self.id)
         self._runner = ScriptRunner(
             redis, retry_attempts=options.retry_attempts, retry_interval=options.retry_interval
@@ -221,6 +223,13 @@ class Client:
         if self._closed:
             raise ClientClosedError
         self._started = True
+
+    def _lease_left_ms(self, key: str) -> int:
+        """Ms left on ``key``'s lease as local waiters last saw it; -1 if unknown."""
+        until = self._lease_until.get(key)
+        if until is None:
+            return -1
+        return max(0, round((until - asyncio.get_running_loop().time()) * 1000))
 
     def _next_call(self) -> str:
         return f"{self.id}:{next(self._calls)}"

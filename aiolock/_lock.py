@@ -26,6 +26,8 @@ class Lock(LockBase):
 
     __slots__ = ("_chan",)
 
+    _local_handoff = True
+
     def __init__(self, client: Client, name: str, *, owner: str | None = None) -> None:
         super().__init__(client, name, owner=owner)
         self._chan = lock_channel(self._key)

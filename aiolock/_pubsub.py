@@ -28,6 +28,9 @@ __all__ = ("Dispatcher", "Subscription", "Waiter", "lock_wake_count", "permit_wa
 
 log = logging.getLogger("aiolock")
 
+# How long aclose() waits for the reader to stop once its connection is closed.
+_CLOSE_WAIT = 2.0
+
 #: How many local waiters a message wakes; ``None`` means all of them.
 WakeCount = Callable[[bytes], "int | None"]
 
@@ -74,13 +77,16 @@ async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
 
 
 class _Channel:
-    __slots__ = ("confirmed", "linger", "name", "refs", "waiters", "wake_count")
+    __slots__ = ("confirmed", "echoes", "linger", "name", "refs", "waiters", "wake_count")
 
     def __init__(self, name: str, wake_count: WakeCount) -> None:
         self.name = name
         self.wake_count = wake_count
         self.refs = 0
         self.linger: asyncio.TimerHandle | None = None
+        # Releases of this client already handed to a local waiter: their own ``0``
+        # messages, still on the way back from the server, must not wake another one.
+        self.echoes = 0
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
         self.confirmed = asyncio.Event()
@@ -113,6 +119,10 @@ class Subscription:
         if self._dispatcher.closed:
             waiter.event.set()
         return waiter
+
+    def has_waiters(self) -> bool:
+        """Whether other local waiters are registered on this channel."""
+        return bool(self._channel.waiters)
 
     def remove_waiter(self, waiter: Waiter, *, leaving: bool) -> None:
         """Unregister ``waiter``.
@@ -190,6 +200,22 @@ class Dispatcher:
         self._ref(channel)
         return Subscription(self, channel)
 
+    def hand_off(self, name: str) -> bool:
+        """Wake the longest-waiting local waiter of ``name`` after this client released it.
+
+        Sparing it the wait for the release message to come back from the server makes
+        the handoff one round trip shorter, and lets it try before the releasing task can
+        take the lock again. Only while the channel is confirmed: then the release's own
+        ``0`` is sure to arrive, and is skipped.
+        """
+        channel = self._channels.get(name)
+        if channel is None or self.closed or not channel.confirmed.is_set():
+            return False
+        if not channel.wake(1):
+            return False
+        channel.echoes += 1
+        return True
+
     def release(self, channel: _Channel) -> None:
         """Drop one reference to ``channel``; unsubscribe a while after none is left."""
         channel.refs -= 1
@@ -227,6 +253,11 @@ class Dispatcher:
             channel = self._channels.get(_text(reply[1]))
             if channel is not None:
                 data = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
+                if channel.echoes and data == b"0":
+                    # Messages arrive in publish order, and nothing can be released
+                    # between a release and its own message: this is that message.
+                    channel.echoes -= 1
+                    return
                 channel.wake(channel.wake_count(data))
         elif kind in {"subscribe", "ssubscribe", "unsubscribe", "sunsubscribe"}:
             name = _text(reply[1])
@@ -240,6 +271,7 @@ class Dispatcher:
             channel = self._channels.get(name)
             if channel is not None:
                 channel.confirmed.set()
+                channel.echoes = 0
                 # A (re)confirmed subscription may have missed messages: every waiter
                 # re-checks. On a first subscribe nobody waits yet, so this is free.
                 channel.wake(None)
@@ -342,7 +374,7 @@ class Dispatcher:
 
     async def _read(self, conn: AbstractConnection) -> None:
         pinged = False
-        while True:
+        while not self.closed:
             reply = await conn.read_response(
                 timeout=self._keepalive, disconnect_on_error=False, push_request=True
             )
@@ -365,10 +397,19 @@ class Dispatcher:
                 channel.linger.cancel()
             channel.confirmed.set()
             channel.wake(None)
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
+        reader = self._reader
+        if reader is None:
+            return
+        reader.cancel()
+        # A cancel that lands inside redis-py's connect() can be swallowed there, leaving
+        # the reader in a read: closing the socket under it ends that read for sure.
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
+        done, _ = await asyncio.wait([reader], timeout=_CLOSE_WAIT)
+        if not done:
+            log.warning("aiolock: pub/sub reader did not stop within %g s", _CLOSE_WAIT)
 
     def _closed_now(self) -> bool:
         # A method, so the type checker does not carry an earlier check across an await.

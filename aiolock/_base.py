@@ -66,8 +66,9 @@ class LockBase:
     __slots__ = ("__weakref__", "_client", "_key", "_name", "_owner")
 
     _wake_count: WakeCount = staticmethod(lock_wake_count)
-    #: Whether a release wakes a local waiter directly and newcomers queue behind local
-    #: waiters instead of barging (lock types whose release message is ``0``: wake one).
+    #: Whether newcomers queue behind this client's waiters instead of barging: without it
+    #: the task that just released, trying at once, re-takes the lock before the waiter
+    #: woken by the release message can (lock types whose release wakes one waiter).
     _local_handoff = False
     #: Whether a waiter that gives up must tell the server (the fair lock's queue).
     _leaves_queue = False
@@ -411,8 +412,6 @@ class LockBase:
         client._latches.add(latch)
         if hold is not None:
             client._holds.released(hold, fully=result == 1)
-        if result == 1 and self._local_handoff:
-            client._dispatcher.hand_off(self._channel(holder))
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""

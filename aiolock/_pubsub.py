@@ -77,16 +77,13 @@ async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
 
 
 class _Channel:
-    __slots__ = ("confirmed", "echoes", "linger", "name", "refs", "waiters", "wake_count")
+    __slots__ = ("confirmed", "linger", "name", "refs", "waiters", "wake_count")
 
     def __init__(self, name: str, wake_count: WakeCount) -> None:
         self.name = name
         self.wake_count = wake_count
         self.refs = 0
         self.linger: asyncio.TimerHandle | None = None
-        # Releases of this client already handed to a local waiter: their own ``0``
-        # messages, still on the way back from the server, must not wake another one.
-        self.echoes = 0
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
         self.confirmed = asyncio.Event()
@@ -200,22 +197,6 @@ class Dispatcher:
         self._ref(channel)
         return Subscription(self, channel)
 
-    def hand_off(self, name: str) -> bool:
-        """Wake the longest-waiting local waiter of ``name`` after this client released it.
-
-        Sparing it the wait for the release message to come back from the server makes
-        the handoff one round trip shorter, and lets it try before the releasing task can
-        take the lock again. Only while the channel is confirmed: then the release's own
-        ``0`` is sure to arrive, and is skipped.
-        """
-        channel = self._channels.get(name)
-        if channel is None or self.closed or not channel.confirmed.is_set():
-            return False
-        if not channel.wake(1):
-            return False
-        channel.echoes += 1
-        return True
-
     def release(self, channel: _Channel) -> None:
         """Drop one reference to ``channel``; unsubscribe a while after none is left."""
         channel.refs -= 1
@@ -253,11 +234,6 @@ class Dispatcher:
             channel = self._channels.get(_text(reply[1]))
             if channel is not None:
                 data = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
-                if channel.echoes and data == b"0":
-                    # Messages arrive in publish order, and nothing can be released
-                    # between a release and its own message: this is that message.
-                    channel.echoes -= 1
-                    return
                 channel.wake(channel.wake_count(data))
         elif kind in {"subscribe", "ssubscribe", "unsubscribe", "sunsubscribe"}:
             name = _text(reply[1])
@@ -271,7 +247,6 @@ class Dispatcher:
             channel = self._channels.get(name)
             if channel is not None:
                 channel.confirmed.set()
-                channel.echoes = 0
                 # A (re)confirmed subscription may have missed messages: every waiter
                 # re-checks. On a first subscribe nobody waits yet, so this is free.
                 channel.wake(None)

@@ -69,7 +69,7 @@ class LockBase:
     #: Whether newcomers queue behind this client's waiters instead of barging: without it
     #: the task that just released, trying at once, re-takes the lock before the waiter
     #: woken by the release message can (lock types whose release wakes one waiter).
-    _local_handoff = False
+    _no_barging = False
     #: Whether a waiter that gives up must tell the server (the fair lock's queue).
     _leaves_queue = False
 
@@ -191,7 +191,7 @@ class LockBase:
         sub = None if wait == 0 else client._dispatcher.join(self._channel(holder))
         waiter = None
         if sub is not None:
-            queue_behind = self._local_handoff and sub.has_waiters()
+            queue_behind = self._no_barging and sub.has_waiters()
             waiter = sub.add_waiter()
             if queue_behind:
                 # No barging: local waiters are handed the lock in turn as it is released,

@@ -26,7 +26,7 @@ class Lock(LockBase):
 
     __slots__ = ("_chan",)
 
-    _local_handoff = True
+    _no_barging = True
 
     def __init__(self, client: Client, name: str, *, owner: str | None = None) -> None:
         super().__init__(client, name, owner=owner)

@@ -167,3 +167,36 @@ async def test_repeated_pubsub_kills_while_waiting(
             await asyncio.wait(tasks, timeout=0.05)
         await asyncio.gather(*tasks)
     assert count == 30
+
+
+async def test_releasing_task_does_not_barge_past_a_waiter(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A task that unlocks and locks again at once goes after the task already waiting."""
+    order: list[str] = []
+    first_hold = asyncio.Event()
+    again = asyncio.Event()
+
+    async def releaser() -> None:
+        lock = client.lock(name)
+        await lock.lock()
+        first_hold.set()
+        await again.wait()
+        await lock.unlock()
+        await lock.lock()  # straight back: without the rule it wins before the waiter wakes
+        order.append("releaser")
+        await lock.unlock()
+
+    async def waiter() -> None:
+        async with client.lock(name):
+            order.append("waiter")
+
+    releasing = asyncio.create_task(releaser())
+    await first_hold.wait()
+    waiting = asyncio.create_task(waiter())
+    await wait_until(lambda: client.lock(name).statistics().tasks_waiting == 1, what="waiting")
+    await wait_until(lambda: _all_confirmed(client), what="subscribed")
+    again.set()
+    async with asyncio.timeout(10):
+        await asyncio.gather(releasing, waiting)
+    assert order == ["waiter", "releaser"]

@@ -43,6 +43,8 @@ class Hold:
     releasing: int = 0
     # Extra data a renewal kind needs (the read lock's timeout-key prefix).
     extra: str = ""
+    # The task it belongs to (None with owner=): its end stops the renewal.
+    task: asyncio.Task[Any] | None = None
 
     @property
     def count(self) -> int:
@@ -101,7 +103,9 @@ class HoldRegistry:
         """Record a successful acquisition; ``count`` is the server's count after it."""
         hold = self._holds.get((key, field))
         if hold is None:
-            hold = self._holds[key, field] = Hold(key, field, name, holder, kind, extra=extra)
+            hold = self._holds[key, field] = Hold(
+                key, field, name, holder, kind, extra=extra, task=task
+            )
             if task is not None:
                 self._watch_task(task, hold)
         if hold.lost is not None or hold.count + 1 != count:
@@ -138,6 +142,9 @@ class HoldRegistry:
         self._renewal.untrack(hold)
         if self._holds.get((hold.key, hold.field)) is hold:
             del self._holds[hold.key, hold.field]
+        if hold.task is not None:
+            # A long-lived task takes many holds; only the current ones are kept.
+            self._by_task.get(hold.task, set()).discard(hold)
 
     def mark_lost(self, hold: Hold, why: str) -> None:
         """The hold is gone on the server: stop renewing, remember why for unlock()."""

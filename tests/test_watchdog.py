@@ -193,3 +193,15 @@ async def test_aclose_warns_about_locks_still_held(
     )
     assert 0 < await raw.pttl(name) <= 30_000
     await raw.delete(name)
+
+
+async def test_long_lived_task_keeps_no_released_holds(client: aiolock.Client, name: str) -> None:
+    """A task that locks and unlocks many times keeps nothing of the released holds."""
+    lock = client.lock(name)
+    for _ in range(50):
+        await lock.lock()
+        await lock.unlock()
+    task = asyncio.current_task()
+    assert task is not None
+    assert len(client._holds) == 0
+    assert not client._holds._by_task.get(task)

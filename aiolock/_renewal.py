@@ -1,8 +1,11 @@
 """The watchdog: ONE task per client renews every watchdog-held lease in batches.
 
-Every ``watchdog_timeout / 3`` it sends one script call per batch of at most 100 locks.
-A lock whose holder field is gone is reported lost (WARNING, then ``LockLostError`` at the
-holder's unlock); an error is logged and the next period tries again.
+Every ``watchdog_timeout / 3`` it sends one script call per batch of at most 100 holds of
+one kind: ``hash`` holds (a holder field in a hash: lock, fair lock, write lock) through
+``lock_renew.lua``, ``read`` holds (a read-write lock's reader) through ``rw_read_renew.lua``,
+which also renews that holder's own per-hold timeout keys and nobody else's. A hold whose
+holder field is gone is reported lost (WARNING, then ``LockLostError`` at the holder's
+unlock); an error is logged and the next period tries again.
 """
 
 from __future__ import annotations
@@ -18,13 +21,34 @@ from ._scripts import load_script
 
 if TYPE_CHECKING:
     from ._holds import Hold
-    from ._scripts import ScriptRunner
+    from ._scripts import Script, ScriptRunner
 
 __all__ = ("BATCH_SIZE", "RenewalService")
 
 log = logging.getLogger("aiolock")
 
 BATCH_SIZE = 100
+
+KeysOf = Callable[[list["Hold"]], list[str]]
+
+
+def _hash_kind() -> tuple[Script, KeysOf]:
+    # KEYS[i] = the hash of hold i; ARGV[i+1] = its holder field.
+    return load_script("lock_renew"), lambda batch: [hold.key for hold in batch]
+
+
+def _read_kind() -> tuple[Script, KeysOf]:
+    # KEYS[2i-1], KEYS[2i] = the hash of hold i and its holder's timeout-key prefix.
+    return load_script("rw_read_renew"), lambda batch: [
+        key for hold in batch for key in (hold.key, hold.extra)
+    ]
+
+
+#: Per hold kind: its renewal script and how a batch of holds becomes the script's KEYS.
+_KINDS: dict[str, Callable[[], tuple[Script, KeysOf]]] = {
+    "hash": _hash_kind,
+    "read": _read_kind,
+}
 
 
 class RenewalService:
@@ -57,6 +81,7 @@ class RenewalService:
 
     def track(self, hold: Hold) -> None:
         """Renew ``hold`` from the next period on."""
+        assert hold.kind in _KINDS, f"no renewal for hold kind {hold.kind!r}"
         self._holds[hold] = None
         if self._task is None and not self._closed:
             self._task = self._spawn(self._run())
@@ -84,30 +109,32 @@ class RenewalService:
             self._task = None
 
     async def renew_once(self) -> bool:
-        """Renew every tracked hold now, one script call per batch; False if any failed."""
+        """Renew every tracked hold now, one script call per batch per kind; False on error."""
         all_sent = True
-        holds = list(self._holds)
-        script = load_script("lock_renew")
-        for start in range(0, len(holds), self._batch_size):
-            batch = holds[start : start + self._batch_size]
-            keys = [hold.key for hold in batch]
-            args: list[str | int] = [self._lease_ms, *(hold.field for hold in batch)]
-            self.calls += 1
-            try:
-                renewed = await self._runner.run(script, keys, args)
-            except (RedisError, OSError) as exc:
-                log.warning(
-                    "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
-                    len(batch),
-                    exc,
-                    self._interval / 4,
-                )
-                all_sent = False
-                continue
-            for hold, held in zip(batch, renewed, strict=True):
-                # An unlock in flight may already have deleted the key: not a loss.
-                if not int(held) and hold in self._holds and not hold.releasing:
-                    self._on_lost(hold, "the watchdog found its hold gone")
+        by_kind: dict[str, list[Hold]] = {}
+        for hold in self._holds:
+            by_kind.setdefault(hold.kind, []).append(hold)
+        for kind, holds in by_kind.items():
+            script, keys_of = _KINDS[kind]()
+            for start in range(0, len(holds), self._batch_size):
+                batch = holds[start : start + self._batch_size]
+                args: list[str | int] = [self._lease_ms, *(hold.field for hold in batch)]
+                self.calls += 1
+                try:
+                    renewed = await self._runner.run(script, keys_of(batch), args)
+                except (RedisError, OSError) as exc:
+                    log.warning(
+                        "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
+                        len(batch),
+                        exc,
+                        self._interval / 4,
+                    )
+                    all_sent = False
+                    continue
+                for hold, held in zip(batch, renewed, strict=True):
+                    # An unlock in flight may already have deleted the key: not a loss.
+                    if not int(held) and hold in self._holds and not hold.releasing:
+                        self._on_lost(hold, "the watchdog found its hold gone")
         return all_sent
 
     async def aclose(self) -> None:

@@ -1,0 +1,50 @@
+-- Undo a read acquire whose reply never arrived (the caller was cancelled while it was in
+-- flight), so no read hold is left that nobody knows about.
+--
+-- KEYS[1]  lock hash
+-- KEYS[2]  channel "redisson_rwlock:{name}"
+-- KEYS[3]  this holder's timeout-key prefix "{name}:<holder>:rwlock_timeout"
+-- KEYS[4]  the name's key prefix "{name}" (see rw_read_release.lua)
+-- KEYS[5]  cancel tombstone of that acquire call (the same KEYS[3] it was sent with)
+-- ARGV[1]  holder id
+-- ARGV[2]  the count the acquire would have produced
+-- ARGV[3]  publish command
+-- ARGV[4]  tombstone TTL in ms
+--
+-- Returns 1 if the acquire had taken a hold and it was given back (exactly as a read
+-- unlock would: TTL recomputed from the remaining timeout keys, or the hash deleted and
+-- "0" published), 0 if it had not (the tombstone then voids it should it still arrive).
+local count = redis.call('hget', KEYS[1], ARGV[1])
+if not count or tonumber(count) ~= tonumber(ARGV[2]) then
+    redis.call('set', KEYS[5], 1, 'px', ARGV[4])
+    return 0
+end
+local mode = redis.call('hget', KEYS[1], 'mode')
+count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+if count == 0 then
+    redis.call('hdel', KEYS[1], ARGV[1])
+end
+redis.call('del', KEYS[3] .. ':' .. (count + 1))
+if redis.call('hlen', KEYS[1]) > 1 then
+    local longest = -3
+    local fields = redis.call('hgetall', KEYS[1])
+    for i = 1, #fields, 2 do
+        local holds = tonumber(fields[i + 1])
+        if holds then
+            for k = holds, 1, -1 do
+                local ttl = redis.call('pttl', KEYS[4] .. ':' .. fields[i] .. ':rwlock_timeout:' .. k)
+                longest = math.max(longest, ttl)
+            end
+        end
+    end
+    if longest > 0 then
+        redis.call('pexpire', KEYS[1], longest)
+        return 1
+    end
+    if mode == 'write' then
+        return 1
+    end
+end
+redis.call('del', KEYS[1])
+redis.call(ARGV[3], KEYS[2], '0')
+return 1

@@ -24,20 +24,38 @@ if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.connection import AbstractConnection
 
-__all__ = ("Dispatcher", "Subscription", "Waiter", "lock_wake_count", "permit_wake_count")
+__all__ = (
+    "Dispatcher",
+    "Subscription",
+    "Waiter",
+    "lock_wake_count",
+    "permit_wake_count",
+    "rwlock_wake_count",
+)
 
 log = logging.getLogger("aiolock")
 
 # How long aclose() waits for the reader to stop once its connection is closed.
 _CLOSE_WAIT = 2.0
 
-#: How many local waiters a message wakes; ``None`` means all of them.
+#: How many exclusive local waiters a message wakes (``None``: all of them). Every message
+#: also wakes every shared waiter: what lets one of them in lets them all in.
 WakeCount = Callable[[bytes], "int | None"]
 
 
 def lock_wake_count(data: bytes) -> int | None:
     """Lock channels: ``0`` (unlock) wakes one waiter, ``1`` (write unlock) wakes all."""
     return None if data == b"1" else 1
+
+
+def rwlock_wake_count(data: bytes) -> int | None:
+    """Read-write lock channels: any message wakes every reader and one writer.
+
+    Both ``0`` (read unlock) and ``1`` (write unlock) are published only once the lock is
+    free. Every reader can then get in together, but only one writer: waking them all
+    would have every writer but one run its script for nothing.
+    """
+    return 1
 
 
 def permit_wake_count(data: bytes) -> int | None:
@@ -49,12 +67,19 @@ def permit_wake_count(data: bytes) -> int | None:
 
 
 class Waiter:
-    """One wait of one task: a fresh one-shot event, never cleared or reused."""
+    """One wait of one task: a fresh one-shot event, never cleared or reused.
 
-    __slots__ = ("event", "woken_by_message")
+    A *shared* waiter (a reader) is woken by every message; an exclusive one only when
+    the message's count reaches it.
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("event", "seen", "shared", "woken_by_message")
+
+    def __init__(self, *, shared: bool, seen: int) -> None:
         self.event = asyncio.Event()
+        self.shared = shared
+        # The channel's count of shared wake-ups when this waiter registered.
+        self.seen = seen
         self.woken_by_message = False
 
     async def wait(self, limit: float | None) -> bool:
@@ -77,7 +102,16 @@ async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
 
 
 class _Channel:
-    __slots__ = ("confirmed", "linger", "name", "refs", "waiters", "wake_count")
+    __slots__ = (
+        "confirmed",
+        "linger",
+        "name",
+        "refs",
+        "shared_waiters",
+        "shared_wakes",
+        "waiters",
+        "wake_count",
+    )
 
     def __init__(self, name: str, wake_count: WakeCount) -> None:
         self.name = name
@@ -86,36 +120,71 @@ class _Channel:
         self.linger: asyncio.TimerHandle | None = None
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
+        self.shared_waiters = 0
+        self.shared_wakes = 0
         self.confirmed = asyncio.Event()
 
-    def wake(self, count: int | None) -> int:
+    def wake(self, count: int | None, *, shared: bool = True) -> int:
+        """Wake up to ``count`` exclusive waiters (None: all), oldest first, and every shared one.
+
+        ``shared=False`` wakes exclusive waiters only. Returns how many exclusive ones woke.
+        """
+        if shared:
+            self.shared_wakes += 1
+        # Shared waiters may sit anywhere in the order: then the whole list is walked.
+        walk_all = shared and self.shared_waiters > 0
         woken = 0
         for waiter in self.waiters:
-            if count is not None and woken >= count:
+            full = count is not None and woken >= count
+            if full and not walk_all:
                 break
-            if not waiter.event.is_set():
-                waiter.woken_by_message = True
-                waiter.event.set()
+            if waiter.event.is_set() or (waiter.shared and not shared):
+                continue
+            if not waiter.shared:
+                if full:
+                    continue
                 woken += 1
+            waiter.woken_by_message = True
+            waiter.event.set()
         return woken
 
 
 class Subscription:
     """A reference to one subscribed channel, held by one acquire call while it waits."""
 
-    __slots__ = ("_channel", "_dispatcher")
+    __slots__ = ("_channel", "_dispatcher", "_shared")
 
     def __init__(self, dispatcher: Dispatcher, channel: _Channel) -> None:
         self._dispatcher = dispatcher
         self._channel = channel
+        self._shared = False
 
     def add_waiter(self) -> Waiter:
         """Register a fresh waiter; messages from now on may wake it."""
-        waiter = Waiter()
-        self._channel.waiters[waiter] = None
+        channel = self._channel
+        waiter = Waiter(shared=self._shared, seen=channel.shared_wakes)
+        channel.waiters[waiter] = None
+        if self._shared:
+            channel.shared_waiters += 1
         if self._dispatcher.closed:
             waiter.event.set()
         return waiter
+
+    def share(self, waiter: Waiter | None) -> None:
+        """Make this subscription's waiters shared from now on, ``waiter`` included.
+
+        ``waiter`` was registered before its caller knew to ask for that, so it catches up:
+        if a shared wake-up came in the meantime, it is woken now as it would have been.
+        """
+        self._shared = True
+        channel = self._channel
+        if waiter is None or waiter.shared or waiter not in channel.waiters:
+            return
+        waiter.shared = True
+        channel.shared_waiters += 1
+        if waiter.seen != channel.shared_wakes and not waiter.event.is_set():
+            waiter.woken_by_message = True
+            waiter.event.set()
 
     def has_waiters(self) -> bool:
         """Whether other local waiters are registered on this channel."""
@@ -125,11 +194,17 @@ class Subscription:
         """Unregister ``waiter``.
 
         A waiter ``leaving`` the wait (deadline, cancellation, error) passes on a wake-up it
-        received but will not use, so another local waiter retries in its place.
+        received but will not use, so another local waiter retries in its place. A shared
+        waiter passes one on too: a writer that queued behind it without trying (no
+        barging) may otherwise hear nothing more although the lock is free.
         """
-        self._channel.waiters.pop(waiter, None)
+        channel = self._channel
+        if waiter in channel.waiters:
+            del channel.waiters[waiter]
+            if waiter.shared:
+                channel.shared_waiters -= 1
         if leaving and waiter.woken_by_message:
-            self._channel.wake(1)
+            channel.wake(1, shared=False)
 
     def release(self) -> None:
         """Drop this reference; the last one unsubscribes."""

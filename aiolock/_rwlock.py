@@ -10,17 +10,20 @@ from ._base import LockBase
 from ._config import check_name, check_owner
 from ._exceptions import LockUpgradeError
 from ._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
+from ._pubsub import rwlock_wake_count
 from ._scripts import AcquireReply, as_int, load_script
 
 if TYPE_CHECKING:
+    from ._base import _Attempt
     from ._client import Client
+    from ._pubsub import Subscription, Waiter, WakeCount
     from ._scripts import Script
 
 __all__ = ("ReadLock", "ReadWriteLock", "WriteLock")
 
-#: Published by a read release (and a read force_unlock): wakes one waiter per client.
+#: Published by a read release (and a read force_unlock) that frees the lock.
 _READ_UNLOCK = "0"
-#: Published by a write release (and a write force_unlock): wakes every waiter.
+#: Published by a write release (and a write force_unlock) that frees the lock.
 _WRITE_UNLOCK = "1"
 #: rw_write_release.lua: the write hold is gone, the holder's read holds remain.
 _DOWNGRADED = 2
@@ -36,13 +39,17 @@ class _Side(LockBase):
 
     __slots__ = ("_chan", "_tag")
 
+    # Read and write waiters share the channel. Whatever Redisson publishes on it ("0" or
+    # "1"), this client wakes every local reader but only one local writer: the lock is
+    # free, and a writer that loses re-waits, bounded by the lease as every wait is.
+    _wake_count: WakeCount = staticmethod(rwlock_wake_count)
+
     def __init__(self, client: Client, name: str, *, owner: str | None = None) -> None:
         super().__init__(client, name, owner=owner)
         self._chan = rwlock_channel(self._key)
         self._tag = _timeout_key_prefix(self._key)
 
     def _channel(self, holder: str) -> str:
-        # Read and write waiters share the channel: "0" wakes one of them, "1" all.
         return self._chan
 
     async def _force(self, mode: str, message: str) -> bool:
@@ -76,6 +83,15 @@ class ReadLock(_Side):
     def _hold_kind(self, holder: str) -> tuple[str, str]:
         # The watchdog renews the hash and this holder's own per-hold timeout keys.
         return "read", rwlock_timeout_prefix(self._key, holder)
+
+    async def _wait_subscribed(
+        self, call: _Attempt, sub: Subscription, waiter: Waiter | None, ttl_ms: int
+    ) -> bool:
+        # Readers wait as shared waiters, which every wake-up reaches: when one reader can
+        # get in, they all can. A waiter registered before the first attempt catches up
+        # on a wake-up it got as an exclusive one.
+        sub.share(waiter)
+        return await super()._wait_subscribed(call, sub, waiter, ttl_ms)
 
     async def _try_once(
         self, field: str, lease_ms: int, target: int, tombstone: str, *, wait: float | None
@@ -133,6 +149,10 @@ class WriteLock(_Side):
 
     __slots__ = ()
 
+    # A write unlock wakes one local writer: without this the releasing task, trying at
+    # once, would re-take the lock before that writer could.
+    _no_barging = True
+
     def _field(self, holder: str) -> str:
         return write_holder(holder)
 
@@ -181,11 +201,12 @@ class WriteLock(_Side):
         )
         if raw == _DOWNGRADED:
             # Redisson publishes nothing here, and neither does aiolock (the wire must
-            # match). This client's own waiters need no message: wake them directly, so
-            # its readers get in now instead of after their TTL-bounded wait.
+            # match). This client's own readers need no message: wake them directly, so
+            # they get in now instead of after their TTL-bounded wait. Writers stay
+            # parked: the read holds left keep them out.
             channel = client._dispatcher._channels.get(self._chan)
             if channel is not None:
-                channel.wake(None)
+                channel.wake(0)
             return 1
         return raw
 
@@ -217,8 +238,9 @@ class ReadWriteLock:
     * one string key per read hold, ``{name}:<holder>:rwlock_timeout:<k>`` for
       k = 1..count, each with that hold's lease; a read unlock sets the hash TTL to the
       longest of every holder's keys;
-    * the channel ``redisson_rwlock:{name}``: a read release publishes ``0`` (wakes one
-      waiter per client), a write release ``1`` (wakes every waiter).
+    * the channel ``redisson_rwlock:{name}``: a read release that frees the lock publishes
+      ``0``, a write release ``1``. Either wakes every reader waiting in this client and
+      one of its waiting writers.
 
     **Downgrade.** The writer may take the read lock while it writes and then release the
     two in either order. Releasing the write hold first leaves the lock in read mode,

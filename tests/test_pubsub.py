@@ -9,7 +9,14 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock._keys import lock_channel
-from aiolock._pubsub import Dispatcher, Subscription, _Channel, lock_wake_count, permit_wake_count
+from aiolock._pubsub import (
+    Dispatcher,
+    Subscription,
+    _Channel,
+    lock_wake_count,
+    permit_wake_count,
+    rwlock_wake_count,
+)
 
 from .conftest import ClientFactory
 from .helpers import wait_until
@@ -61,6 +68,86 @@ def test_unused_wake_is_passed_on_when_a_waiter_leaves() -> None:
     dispatcher._on_reply(_message(b"0"))
     sub.remove_waiter(first, leaving=True)
     assert second.event.is_set()
+
+
+def _readers(dispatcher: Dispatcher, channel: _Channel) -> Subscription:
+    """A second reference to the channel whose waiters are shared (readers)."""
+    sub = Subscription(dispatcher, channel)
+    sub.share(None)
+    return sub
+
+
+def test_rwlock_messages_wake_every_reader_and_one_writer() -> None:
+    """On a read-write lock channel "1" and "0" each wake all readers but one writer."""
+    dispatcher, writers, channel = _subscription(rwlock_wake_count)
+    readers = _readers(dispatcher, channel)
+    order = [
+        writers.add_waiter(),
+        readers.add_waiter(),
+        writers.add_waiter(),
+        readers.add_waiter(),
+        writers.add_waiter(),
+    ]
+    dispatcher._on_reply(_message(b"1"))
+    assert [w.event.is_set() for w in order] == [True, True, False, True, False]
+    later_reader = readers.add_waiter()
+    dispatcher._on_reply(_message(b"0"))
+    assert [w.event.is_set() for w in order] == [True, True, True, True, False]
+    assert later_reader.event.is_set()
+
+
+def test_local_downgrade_wake_reaches_readers_only() -> None:
+    """wake(0), as after a downgrade, lets the readers retry and leaves writers parked."""
+    dispatcher, writers, channel = _subscription(rwlock_wake_count)
+    writer, reader = writers.add_waiter(), _readers(dispatcher, channel).add_waiter()
+    channel.wake(0)
+    assert reader.event.is_set()
+    assert not writer.event.is_set()
+
+
+def test_reader_registered_before_it_was_shared_catches_up() -> None:
+    """A waiter made shared after a wake-up that skipped it (as a writer) is woken then."""
+    dispatcher, sub, _ = _subscription(rwlock_wake_count)
+    writer = sub.add_waiter()
+    early, quiet = Subscription(dispatcher, sub._channel), Subscription(dispatcher, sub._channel)
+    caught_up, untouched = early.add_waiter(), quiet.add_waiter()
+    dispatcher._on_reply(_message(b"1"))
+    assert writer.event.is_set()
+    assert not caught_up.event.is_set()
+    early.share(caught_up)
+    assert caught_up.event.is_set()
+    # Shared from before the wake-up: nothing was missed, so nothing to catch up on.
+    third = Subscription(dispatcher, sub._channel).add_waiter()
+    Subscription(dispatcher, sub._channel).share(third)
+    assert not third.event.is_set()
+    assert not untouched.event.is_set()
+
+
+def test_writer_passes_its_wake_to_the_next_writer_not_to_readers() -> None:
+    """A woken writer that gives up wakes the next writer; readers are not woken again."""
+    dispatcher, writers, channel = _subscription(rwlock_wake_count)
+    first, second = writers.add_waiter(), writers.add_waiter()
+    dispatcher._on_reply(_message(b"1"))
+    reader = _readers(dispatcher, channel).add_waiter()
+    writers.remove_waiter(first, leaving=True)
+    assert second.event.is_set()
+    assert not reader.event.is_set()
+
+
+def test_reader_giving_up_wakes_a_writer_queued_behind_it() -> None:
+    """A woken reader that leaves wakes a writer that queued after the wake-up.
+
+    Such a writer (no barging) never tried: without the pass-on it would sleep until its
+    lease-bounded timeout although the lock may be free.
+    """
+    dispatcher, writers, channel = _subscription(rwlock_wake_count)
+    readers = _readers(dispatcher, channel)
+    reader = readers.add_waiter()
+    dispatcher._on_reply(_message(b"1"))
+    queued = writers.add_waiter()
+    readers.remove_waiter(reader, leaving=True)
+    assert queued.event.is_set()
+    assert channel.shared_waiters == 0
 
 
 def test_confirmation_wakes_every_waiter_to_recheck() -> None:

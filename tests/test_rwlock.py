@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
@@ -13,8 +14,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 import aiolock
+from aiolock._keys import rwlock_channel
 from aiolock._renewal import BATCH_SIZE
-from aiolock._scripts import load_script
+from aiolock._scripts import Script, ScriptRunner, load_script
 
 from .conftest import ClientFactory
 from .helpers import Gate, gated_redis, wait_until
@@ -298,6 +300,122 @@ async def test_mixed_waiters_all_get_through(make_client: ClientFactory, name: s
     )
 
 
+class Scripts:
+    """Counts the scripts every client starts and finishes running, by name."""
+
+    def __init__(self) -> None:
+        self.started: Counter[str] = Counter()
+        self.finished: Counter[str] = Counter()
+
+    def in_flight(self) -> int:
+        """Scripts sent whose reply has not been handed back yet."""
+        return self.started.total() - self.finished.total()
+
+
+@pytest.fixture
+def scripts(monkeypatch: pytest.MonkeyPatch) -> Scripts:
+    """Count script runs (through the runner every lock call goes through)."""
+    counts = Scripts()
+    run = ScriptRunner.run
+
+    async def counting(
+        self: ScriptRunner, script: Script, keys: list[str], args: list[str | int]
+    ) -> Any:
+        counts.started[script.name] += 1
+        try:
+            return await run(self, script, keys, args)
+        finally:
+            counts.finished[script.name] += 1
+
+    monkeypatch.setattr(ScriptRunner, "run", counting)
+    return counts
+
+
+async def parked(client: aiolock.Client, name: str, count: int, scripts: Scripts) -> None:
+    """Until ``count`` waiters are registered on the name's channel, none mid-attempt.
+
+    A registered waiter whose attempt has come back has nothing left to do before it
+    sleeps but synchronous steps, so from then on only a wake-up makes it try again.
+    """
+
+    def all_parked() -> bool:
+        channel = client._dispatcher._channels.get(rwlock_channel(name))
+        return (
+            channel is not None
+            and channel.confirmed.is_set()
+            and len(channel.waiters) == count
+            and scripts.in_flight() == 0
+        )
+
+    await wait_until(all_parked, what=f"{count} waiter(s) parked")
+
+
+async def test_write_unlock_wakes_every_reader_but_one_writer(
+    client: aiolock.Client, raw: Redis, name: str, scripts: Scripts
+) -> None:
+    """A write unlock sets every local reader retrying but only one local writer.
+
+    The readers can all get in together; of the writers only one can, so waking them all
+    would have the others run their script for nothing (a herd that grows with N).
+    """
+    writer = rw(client, name, owner="w").write_lock()
+    await writer.lock()
+    writers = [Holder(rw(client, name).write_lock()) for _ in range(3)]
+    readers = [Holder(rw(client, name).read_lock()) for _ in range(2)]
+    await parked(client, name, 5, scripts)
+    before = scripts.started.copy()
+    await writer.unlock()
+    # Whoever wins, every woken task has sent its attempt before the first reply is in.
+    await wait_until(
+        lambda: (
+            any(w.entered.is_set() for w in writers) or all(r.entered.is_set() for r in readers)
+        ),
+        what="a writer or both readers got in",
+    )
+    woken = scripts.started - before
+    # The rest follow through the messages of the releases alone (leases are 30 s).
+    everyone = [*writers, *readers]
+    for holder in everyone:
+        holder.leave.set()
+    async with asyncio.timeout(LIMIT):
+        await asyncio.gather(*(holder.task for holder in everyone))
+    assert woken["rw_read_acquire"] == 2
+    assert woken["rw_write_acquire"] == 1
+    assert await raw.exists(name) == 0
+
+
+async def test_releasing_writer_does_not_barge_past_a_waiting_writer(
+    client: aiolock.Client, name: str, scripts: Scripts
+) -> None:
+    """A task that write-unlocks and write-locks again at once goes after the one waiting."""
+    order: list[str] = []
+    first_hold = asyncio.Event()
+    again = asyncio.Event()
+
+    async def releaser() -> None:
+        lock = rw(client, name).write_lock()
+        await lock.lock()
+        first_hold.set()
+        await again.wait()
+        await lock.unlock()
+        await lock.lock()  # straight back: without the rule it wins before the waiter wakes
+        order.append("releaser")
+        await lock.unlock()
+
+    async def waiter() -> None:
+        async with rw(client, name).write_lock():
+            order.append("waiter")
+
+    releasing = asyncio.create_task(releaser())
+    await first_hold.wait()
+    waiting_task = asyncio.create_task(waiter())
+    await parked(client, name, 1, scripts)
+    again.set()
+    async with asyncio.timeout(LIMIT):
+        await asyncio.gather(releasing, waiting_task)
+    assert order == ["waiter", "releaser"]
+
+
 # -- reentrancy -------------------------------------------------------------------------
 
 
@@ -388,7 +506,7 @@ async def test_downgrade_releasing_read_first(
 
 
 async def test_downgrade_wakes_local_readers_at_once_and_remote_ones_by_ttl(
-    make_client: ClientFactory, raw: Redis, listen: PubSub, name: str
+    make_client: ClientFactory, raw: Redis, listen: PubSub, name: str, scripts: Scripts
 ) -> None:
     """After a downgrade, local readers are woken without a message; remote ones retry."""
     await listen.subscribe(channel_of(name))
@@ -396,11 +514,13 @@ async def test_downgrade_wakes_local_readers_at_once_and_remote_ones_by_ttl(
     lock = rw(client, name, owner="d")
     # The remote reader's wait is bounded by this lease; the local one's too, but it
     # must not need it: the write lock is re-leased to 30 s by the read hold below.
+    # Both must be parked (their last attempt back) before that: an attempt after it
+    # would bound the remote reader's wait by 30 s instead.
     await lock.write_lock().lock(lease=1)
     local = Holder(rw(client, name).read_lock())
-    await waiting(local.handle, 1)
+    await parked(client, name, 1, scripts)
     remote = Holder(rw(other, name).read_lock())
-    await waiting(remote.handle, 1)
+    await parked(other, name, 1, scripts)
     await lock.read_lock().lock()
     assert await pttl(raw, name) > 20_000
     await lock.write_lock().unlock()
@@ -546,9 +666,12 @@ async def test_waiters_subscribe_to_the_rwlock_channel(
     assert client._dispatcher.channels() == {channel_of(name): 2}
     assert await raw.pubsub_channels(f"*{uid}*") == [channel_of(name)]
     await writer.unlock()
+    # Either may get in first (both are woken): each lets go as soon as it is in.
     for waiter in (read_waiter, write_waiter):
-        await waiter.wait_entered()
+        waiter.leave.set()
+    for waiter in (read_waiter, write_waiter):
         await waiter.release()
+        assert waiter.entered.is_set()
 
 
 async def test_braced_name_layout(

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from redis.exceptions import ResponseError
+from redis.exceptions import AuthenticationError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._config import check_name, check_owner, lease_seconds, wait_seconds
 from ._exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeoutError
@@ -30,6 +33,16 @@ if TYPE_CHECKING:
     from ._scripts import AcquireReply, Script
 
 __all__ = ("LockBase", "LockStatistics")
+
+log = logging.getLogger("aiolock")
+T = TypeVar("T")
+
+# The server did not answer (after the client's own retries): the call may or may not have
+# taken effect. Background completions resend through these; anything else is an answer.
+_UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
+# A refused login is a ConnectionError to redis-py, but the command never ran: there is
+# nothing to complete or undo, and resending cannot succeed.
+_REFUSED = (AuthenticationError,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +324,10 @@ class LockBase:
 
     async def _attempt(self, field: str, lease_ms: int, *, wait: float | None) -> AcquireReply:
         client = self._client
+        # A rollback or release of this holder's earlier call may still be on its way in
+        # the background: it must land first. This attempt's target count depends on its
+        # outcome, and a rollback landing after this attempt would undo this hold.
+        await client._settled(self._key, field)
         hold = client._holds.get(self._key, field)
         # The count this holder has once the attempt succeeds: a resend that finds it
         # already there does not count twice, and a rollback undoes exactly this attempt.
@@ -321,10 +338,21 @@ class LockBase:
         except ResponseError as exc:
             # The script failed before it changed anything: nothing to roll back.
             raise self._script_error(exc) from exc
+        except _REFUSED:
+            raise
         except BaseException:
             # Cancelled (or cut off) with the script in flight: it may have taken a hold
-            # that nobody will ever release. Give it back, shielded, in the background.
-            client._spawn(self._rollback(field, target, tombstone))
+            # that nobody will ever release. Give it back, shielded, in the background;
+            # were the server unreachable until the lease ends, that hold ends with it.
+            client._settle_later(
+                self._key,
+                field,
+                self._until_answered(
+                    f"undo a cut-off acquire of lock {self._name!r}",
+                    lambda: self._rollback(field, target, tombstone),
+                    lease_ms,
+                ),
+            )
             raise
 
     def _won(
@@ -349,10 +377,22 @@ class LockBase:
         )
 
     def _script_error(self, exc: ResponseError) -> Exception:
-        if str(exc).startswith("WRONGTYPE"):
+        message = str(exc)
+        if message.startswith("WRONGTYPE"):
+            # The reply does not say which key: a fair lock's queue or timeout key, or a
+            # read hold's timeout key, can be the culprit as well as the lock key.
             return LockError(
-                f"lock {self._name!r}: key {self._key!r} holds a value of another type, "
-                f"not a lock ({exc})"
+                f"lock {self._name!r}: a key it uses ({self._key!r}, or one derived from "
+                "that name) holds a value of another type, not lock state: is the name "
+                f"used for something else? ({message})"
+            )
+        # NOPERM replies (redis-py's NoPermissionError) and ACL refusals inside a script
+        # (an ERR reply) both say "no permissions"; neither names the lock.
+        if "no permissions" in message.lower():
+            return LockError(
+                f"lock {self._name!r}: the server refused a command for lack of permission "
+                f"({message}); aiolock's ACL user needs EVALSHA, SCRIPT LOAD, PUBLISH and "
+                "SUBSCRIBE, and access to the lock's keys and channels"
             )
         return exc
 
@@ -364,6 +404,9 @@ class LockBase:
         client._check_open()
         holder, _ = self._holder()
         field = self._field(holder)
+        # An earlier release of this holder cut off by a cancellation must be settled
+        # first, or this call would decide on stale bookkeeping.
+        await client._settled(self._key, field)
         hold = client._holds.get(self._key, field)
         # One latch per unlock call: every resend of this call replays the first result.
         latch = unlock_latch_key(self._key, secrets.token_hex(16))
@@ -373,11 +416,23 @@ class LockBase:
             hold.releasing += 1
         try:
             result = await self._release_once(field, reapply, latch)
-        except asyncio.CancelledError:
-            # Cancelled with the script in flight: finish the release in the background
-            # (a resend with the same latch never releases twice), so the bookkeeping
-            # follows the server's answer and no hold is left that nobody tracks.
-            client._spawn(self._finish_unlock(holder, field, hold, reapply, latch))
+        except _REFUSED:
+            if hold is not None:
+                hold.releasing -= 1
+            raise
+        except (asyncio.CancelledError, *_UNANSWERED) as exc:
+            if hold is not None and not isinstance(exc, asyncio.CancelledError):
+                # Not renewed from now on: should the release never land, the lock then
+                # runs out with its lease instead of staying held by nobody's knowledge.
+                client._renewal.untrack(hold)
+            # Cancelled with the script in flight, or no answer within the retries: the
+            # release may or may not have happened. Finish it in the background (a resend
+            # with the same latch never releases twice), so the bookkeeping follows the
+            # server's answer and no hold is left held, and renewed, that nobody tracks.
+            # The caller still sees its error (the contract leaves connection errors be).
+            client._settle_later(
+                self._key, field, self._finish_unlock(holder, field, hold, reapply, latch)
+            )
             raise
         except BaseException as exc:
             if hold is not None:
@@ -392,12 +447,64 @@ class LockBase:
     async def _finish_unlock(
         self, holder: str, field: str, hold: Hold | None, reapply: int, latch: str
     ) -> None:
+        client = self._client
+
+        def stop_renewing() -> None:
+            # While the server does not answer, renewing would only keep a lock alive
+            # that its holder already let go of: let the lease run out instead.
+            if hold is not None:
+                client._renewal.untrack(hold)
+
         try:
-            result = await self._release_once(field, reapply, latch)
+            answered = await self._until_answered(
+                f"release lock {self._name!r} held by {holder}",
+                lambda: self._release_once(field, reapply, latch),
+                reapply,
+                on_unanswered=stop_renewing,
+            )
         finally:
             if hold is not None:
                 hold.releasing -= 1
-        self._settle_unlock(holder, hold, latch, result)
+        if answered is None:
+            if hold is not None:
+                client._holds.drop(hold)
+            return
+        self._settle_unlock(holder, hold, latch, answered[0])
+
+    async def _until_answered(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[T]],
+        give_up_ms: int,
+        *,
+        on_unanswered: Callable[[], None] | None = None,
+    ) -> tuple[T] | None:
+        """Resend an idempotent ``call`` until the server answers, as a 1-tuple.
+
+        None once ``give_up_ms`` have passed without an answer (a lease that long has run
+        out by then) or once the client closed.
+        """
+        client = self._client
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + give_up_ms / 1000
+        while True:
+            try:
+                return (await call(),)
+            except _REFUSED as exc:
+                log.warning("aiolock: could not %s: %s", what, exc)
+                return None
+            except _UNANSWERED as exc:
+                if on_unanswered is not None:
+                    on_unanswered()
+                if client._closed or loop.time() >= give_up_at:
+                    log.warning(
+                        "aiolock: could not %s: the server did not answer (%s); what it "
+                        "holds expires with its lease",
+                        what,
+                        exc,
+                    )
+                    return None
+                await asyncio.sleep(client._options.retry_interval)
 
     def _settle_unlock(
         self, holder: str, hold: Hold | None, latch: str, result: int | None
@@ -406,6 +513,10 @@ class LockBase:
         if result is None:
             if hold is not None and hold.count:
                 why = hold.lost or "its lease ran out or was taken before unlock()"
+                if hold.lost is None:
+                    # The watchdog did not see it first (an explicit lease, a starved
+                    # event loop): log it here, so every loss is logged once.
+                    client._lease_lost(hold, f"{why}; found by unlock()")
                 client._holds.drop(hold)
                 raise LockLostError(self._name, holder, why)
             raise LockNotOwnedError(self._name, holder)

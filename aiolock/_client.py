@@ -91,6 +91,9 @@ class Client:
             (_SOCKET_ALLOWANCE + options.retry_interval) * (options.retry_attempts + 1) * 1000
         )
         self._background: set[asyncio.Task[Any]] = set()
+        # (lock key, holder field) -> the last background rollback/release of that holder:
+        # the holder's next call on the lock waits for it (see _settled).
+        self._unsettled: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self._calls = itertools.count(1)
         self._waiting: dict[str, int] = {}
         # Lock key -> loop time its lease runs out, as this client's waiters last saw it.
@@ -240,6 +243,38 @@ class Client:
         self._background.add(task)
         task.add_done_callback(self._background_done)
         return task
+
+    def _settle_later(self, key: str, field: str, coro: Coroutine[Any, Any, Any]) -> None:
+        """Finish a cut-off call of one holder on one lock in the background.
+
+        It runs after any earlier one of the same holder and lock, so they land in the
+        order they were made.
+        """
+        earlier = self._unsettled.get((key, field))
+
+        async def in_order() -> Any:
+            if earlier is not None:
+                await asyncio.wait([earlier])
+            return await coro
+
+        task = self._spawn(in_order())
+        self._unsettled[key, field] = task
+
+        def done(_: asyncio.Task[Any]) -> None:
+            if self._unsettled.get((key, field)) is task:
+                del self._unsettled[key, field]
+
+        task.add_done_callback(done)
+
+    async def _settled(self, key: str, field: str) -> None:
+        """Wait until no background call of this holder on this lock is pending.
+
+        Its outcome is not ours to raise (the background task reports it); a cancellation
+        of the caller stops only the wait, never the background call.
+        """
+        task = self._unsettled.get((key, field))
+        if task is not None:
+            await asyncio.wait([task])
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)

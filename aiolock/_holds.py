@@ -133,7 +133,11 @@ class HoldRegistry:
             return
         if hold.leases:
             hold.leases.pop()
-        if not hold.renewed:
+        # Renewal may have been paused while the release went unanswered: the holds left
+        # need it again.
+        if hold.renewed:
+            self._renewal.track(hold)
+        else:
             self._renewal.untrack(hold)
 
     def drop(self, hold: Hold) -> None:

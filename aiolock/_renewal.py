@@ -75,6 +75,10 @@ class RenewalService:
         self._closed = False
         #: Renewal script calls sent so far (benchmarks and tests read it).
         self.calls = 0
+        #: Renewal rounds run so far: each renews every tracked hold once.
+        self.rounds = 0
+        #: Script calls the last finished round took.
+        self.last_round_calls = 0
 
     def __len__(self) -> int:
         return len(self._holds)
@@ -111,6 +115,8 @@ class RenewalService:
     async def renew_once(self) -> bool:
         """Renew every tracked hold now, one script call per batch per kind; False on error."""
         all_sent = True
+        self.rounds += 1
+        calls_before = self.calls
         by_kind: dict[str, list[Hold]] = {}
         for hold in self._holds:
             by_kind.setdefault(hold.kind, []).append(hold)
@@ -135,6 +141,7 @@ class RenewalService:
                     # An unlock in flight may already have deleted the key: not a loss.
                     if not int(held) and hold in self._holds and not hold.releasing:
                         self._on_lost(hold, "the watchdog found its hold gone")
+        self.last_round_calls = self.calls - calls_before
         return all_sent
 
     async def aclose(self) -> None:

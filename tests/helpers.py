@@ -33,16 +33,22 @@ async def wait_until(
 
 
 class Gate:
-    """Holds the reply of one chosen script call: sent to the server, reply pending."""
+    """Holds the reply of one chosen script call: sent to the server, reply pending.
+
+    Armed ``before_send``, it holds the call before it is sent instead (``sent`` is then
+    set when the call is ready to go).
+    """
 
     def __init__(self) -> None:
         self.target: bytes | None = None
+        self.before_send = False
         self.sent = asyncio.Event()
         self.release = asyncio.Event()
 
-    def arm(self, script: str) -> None:
+    def arm(self, script: str, *, before_send: bool = False) -> None:
         """Gate the next EVALSHA of the package script ``script``."""
         self.target = load_script(script).sha.encode()
+        self.before_send = before_send
         self.sent = asyncio.Event()
         self.release = asyncio.Event()
 
@@ -56,6 +62,11 @@ class _GatedConnection(Connection):
         data = b"".join(command) if isinstance(command, list) else command
         if gate.target is not None and isinstance(data, bytes) and gate.target in data:
             gate.target = None
+            if gate.before_send:
+                gate.sent.set()
+                await gate.release.wait()
+                await super().send_packed_command(command, check_health)
+                return
             self._gated = True
         await super().send_packed_command(command, check_health)
         if self._gated:

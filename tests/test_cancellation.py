@@ -56,6 +56,10 @@ async def _absent(raw: Redis, key: str) -> bool:
     return await raw.exists(key) == 0
 
 
+async def _held(raw: Redis, key: str) -> bool:
+    return await raw.exists(key) == 1
+
+
 async def test_reentrant_cancel_undoes_exactly_one_hold(
     gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
 ) -> None:
@@ -189,3 +193,34 @@ async def test_async_with_exit_survives_a_second_cancel(
         await task
     await wait_until(lambda: len(client._holds) == 0, what="bookkeeping cleared")
     assert await raw.exists(name) == 0
+
+
+async def test_rollback_of_a_cut_off_acquire_never_undoes_the_next_one(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """A holder that acquires again while the rollback of its cancelled acquire is still on
+    its way keeps the new hold: the rollback lands first (found by the fault suite, where
+    the late rollback deleted the next hold and its unlock raised LockLostError)."""
+    client, gate = gated
+    lock = client.lock(name, owner="worker")
+    for script in ("lock_acquire", "lock_rollback"):  # a NOSCRIPT reply would be gated
+        await raw.script_load(load_script(script).text)
+    gate.arm("lock_acquire")
+    first = asyncio.create_task(lock.lock())
+    await asyncio.wait_for(gate.sent.wait(), 5)
+    await wait_until(lambda: _held(raw, name), what="the first acquire took the lock")
+    gate.arm("lock_rollback", before_send=True)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await asyncio.wait_for(gate.sent.wait(), 5)  # the rollback is ready, not yet sent
+    second = asyncio.create_task(lock.lock())
+    # Give the second acquire every chance to overtake the rollback (it did, in a few ms,
+    # before the fix); whether it finishes in this time or not, the outcome must be one hold.
+    await asyncio.wait([second], timeout=1.0)
+    gate.release.set()
+    await asyncio.wait_for(second, 5)
+    await wait_until(lambda: not client._unsettled, what="the rollback landed")
+    assert await raw.hgetall(name) == {f"{client.id}:worker": "1"}
+    await lock.unlock()
+    assert await _absent(raw, name)

@@ -205,3 +205,20 @@ async def test_long_lived_task_keeps_no_released_holds(client: aiolock.Client, n
     assert task is not None
     assert len(client._holds) == 0
     assert not client._holds._by_task.get(task)
+
+
+async def test_loss_found_by_unlock_is_logged_too(
+    client: aiolock.Client, raw: Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lease that ran out unseen by the watchdog (an explicit lease, or a starved event
+    loop) is logged at WARNING by the unlock that finds it, not only raised (found by the
+    fault suite's starved-loop scenario)."""
+    lock = client.lock(name)
+    await lock.lock(lease=30)
+    await raw.delete(name)
+    with caplog.at_level(logging.WARNING, logger="aiolock"), pytest.raises(aiolock.LockLostError):
+        await lock.unlock()
+    lost = [r for r in caplog.records if "was lost" in r.getMessage()]
+    assert len(lost) == 1
+    assert name in lost[0].getMessage()
+    assert "found by unlock()" in lost[0].getMessage()

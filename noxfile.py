@@ -1,4 +1,5 @@
-"""Developer and CI sessions: ``nox`` runs tests, lint and mypy; ``nox -s bench`` benchmarks.
+"""Developer and CI sessions: ``nox`` runs tests, lint and mypy; ``nox -s faults`` the fault
+suite; ``nox -s bench`` benchmarks.
 
 Tests run against a wheel installed non-editable, so a file missing from the wheel (a Lua
 script, py.typed) fails them. Reuse a prebuilt wheel with
@@ -43,6 +44,20 @@ def tests(session: nox.Session) -> None:
     pytest_args = _install_wheel(session, "tests")
     # nox fails on any non-zero exit, so pytest's 5 ("no tests collected") fails too.
     session.run("pytest", *pytest_args)
+
+
+@nox.session
+def faults(session: nox.Session) -> None:
+    """The fault-injection suite (tests/faults) and the misuse tests; one line per scenario."""
+    pytest_args = _install_wheel(session, "tests")
+    session.run(
+        "pytest",
+        "--faults",
+        "tests/faults",
+        "tests/test_misuse.py",
+        "tests/test_validation.py",
+        *pytest_args,
+    )
 
 
 @nox.session

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -11,6 +12,22 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock.testing import ServerHandle, redis_server
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--faults",
+        action="store_true",
+        help="also collect the fault-injection suite in tests/faults (nox -s faults)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    # The fault suite takes minutes and owns its servers: only `nox -s faults` runs it.
+    if collection_path.name == "faults" and not config.getoption("--faults"):
+        return True
+    return None
+
 
 # Tombstones of cancelled acquires outlive the test by design (they expire on their own
 # after a few seconds); they are not lock state.

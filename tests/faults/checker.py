@@ -1,0 +1,318 @@
+"""The fault suite's checker: worker processes contend for locks while a scenario injects
+faults; afterwards their logs and the servers prove what held.
+
+What a run proves (:meth:`Result.problems` lists every breach):
+- every worker process exited cleanly before the deadline, with no task left waiting;
+- no two logged holds of one name overlap unless both are shared (readers), or one of them
+  was reported lost to its holder (``LockLostError``): a silent overlap is a violation;
+- each exclusively held name's counter, incremented by a non-atomic GET/SET under the
+  lock, equals the increments the workers completed (less one per reported overlap);
+- no lock key, queue entry or subscription of the run is left on the lock server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from redis.asyncio import Redis
+
+from aiolock.testing import ServerHandle
+
+WORKER = Path(__file__).with_name("worker.py")
+EXCLUSIVE_OUTCOMES_REPORTED = frozenset({"lost"})
+# Keys that expire on their own by design and are not lock state: tombstones of cancelled
+# acquires and the latches of finished unlocks.
+TRANSIENT_MARKERS = ("aiolock_acquire_cancel:", "redisson_unlock_latch:")
+KIND_GROUPS = {"lock": "lock", "fair": "fair", "read": "rw", "write": "rw"}
+SHARED = frozenset({"read"})
+
+
+@dataclass(frozen=True)
+class Load:
+    """What the workers do: how many, on which lock kinds, for how long."""
+
+    kinds: tuple[str, ...] = ("lock", "fair", "read", "write")
+    processes: int = 4
+    tasks: int = 16
+    names_per_kind: int = 2
+    duration: float = 8.0
+    iterations: int = 2000
+    watchdog_timeout: float = 10.0
+    cancel: float = 0.0
+    exit_holding: int = 0
+    starve_every: int = 0
+    grace: float = 45.0
+    """Seconds after ``duration`` by which every worker must have finished."""
+
+
+@dataclass
+class Hold:
+    """One logged hold."""
+
+    proc: int
+    kind: str
+    name: str
+    holder: str
+    start: float
+    end: float
+    outcome: str
+
+
+@dataclass
+class Result:
+    """Everything a run measured, and the breaches of what it must prove."""
+
+    scenario: str
+    server: str
+    load: Load
+    faults: Counter[str] = field(default_factory=Counter)
+    holds: list[Hold] = field(default_factory=list)
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    overlaps: list[tuple[Hold, Hold]] = field(default_factory=list)
+    counters: dict[str, tuple[int, int]] = field(default_factory=dict)
+    leftovers: list[str] = field(default_factory=list)
+    transient_left: int = 0
+    failures: list[str] = field(default_factory=list)
+    took: float = 0.0
+
+    @property
+    def violations(self) -> list[tuple[Hold, Hold]]:
+        """Overlaps neither of whose holders was told it lost the lock."""
+        return [
+            (a, b)
+            for a, b in self.overlaps
+            if a.outcome not in EXCLUSIVE_OUTCOMES_REPORTED
+            and b.outcome not in EXCLUSIVE_OUTCOMES_REPORTED
+        ]
+
+    def total(self, key: str, section: str = "outcomes") -> int:
+        """Sum of one figure over the worker summaries."""
+        return sum(int(s[section].get(key, 0)) for s in self.summaries)
+
+    @property
+    def by_kind(self) -> Counter[str]:
+        """Holds per lock kind."""
+        return Counter(hold.kind for hold in self.holds)
+
+    def problems(self, *, lost_allowed: bool = False) -> list[str]:
+        """Every breach; ``lost_allowed``: the scenario loses leases by design."""
+        found = list(self.failures)
+        for a, b in self.violations[:5]:
+            found.append(f"unreported overlap on {a.name}: {a} / {b}")
+        if len(self.violations) > 5:
+            found.append(f"... {len(self.violations)} unreported overlaps in all")
+        for name, (value, expected) in self.counters.items():
+            reported = sum(1 for a, _ in self.overlaps if a.name == name)
+            if not expected - reported <= value <= expected:
+                found.append(f"counter of {name} is {value}, expected {expected}")
+        if self.leftovers:
+            found.append(f"left on the server: {self.leftovers[:10]}")
+        lost = self.total("lost")
+        if lost and not lost_allowed:
+            found.append(f"{lost} holds lost their lease in a scenario that must keep them")
+        found.extend(
+            f"only {self.by_kind[kind]} {kind} holds: the run proves little"
+            for kind in self.load.kinds
+            if self.by_kind[kind] < 20
+        )
+        found.extend(
+            f"worker {summary['proc']}: tasks still waiting at its end"
+            for summary in self.summaries
+            if summary["waiting_at_end"]
+        )
+        return found
+
+    def line(self) -> str:
+        """The one summary line printed per scenario."""
+        kinds = ", ".join(f"{kind} {count:,}" for kind, count in sorted(self.by_kind.items()))
+        faults = ", ".join(f"{what} {n:,}" for what, n in sorted(self.faults.items())) or "none"
+        errors: Counter[str] = Counter()
+        for summary in self.summaries:
+            errors.update(summary["errors"])
+        shown_errors = ", ".join(f"{what} {n:,}" for what, n in sorted(errors.items())) or "0"
+        warnings: Counter[str] = Counter()
+        for summary in self.summaries:
+            warnings.update(summary["warnings"])
+        shown_warnings = ", ".join(f"{what} {n}" for what, n in sorted(warnings.items())) or "0"
+        worst = max((s["max_wait"] for s in self.summaries), default=0.0)
+        counters_ok = all(v == e for v, e in self.counters.values())
+        verdict = "PASS" if not self.problems(lost_allowed=True) else "FAIL"
+        return (
+            f"{self.scenario} [{self.server}] {verdict}: "
+            f"{self.load.processes}x{self.load.tasks} tasks, {len(self.holds):,} holds ({kinds}); "
+            f"faults: {faults}; lost {self.total('lost')}, "
+            f"exited holding {self.total('exited-holding')}; errors: {shown_errors}; "
+            f"warnings: {shown_warnings}; overlaps {len(self.overlaps)} "
+            f"(unreported {len(self.violations)}); counters {'exact' if counters_ok else 'short'}; "
+            f"leftovers {len(self.leftovers)}; worst wait {worst:.2f} s; took {self.took:.1f} s"
+        )
+
+
+Injector = Callable[[asyncio.Event], Coroutine[Any, Any, None]]
+
+
+async def run_checker(
+    scenario: str,
+    lock_server: ServerHandle,
+    resource_url: str,
+    load: Load,
+    workdir: Path,
+    *,
+    inject: Injector | None = None,
+    faults: Counter[str] | None = None,
+) -> Result:
+    """Run the workers with ``inject`` running beside them until they finish; check."""
+    run_id = uuid.uuid4().hex[:10]
+    result = Result(scenario, str(lock_server), load, faults if faults is not None else Counter())
+    groups = {KIND_GROUPS.get(kind, kind) for kind in load.kinds}
+    group_names = {
+        group: [f"fault:{run_id}:{group}:{i}" for i in range(load.names_per_kind)]
+        for group in groups
+    }
+    names = {kind: group_names[KIND_GROUPS.get(kind, kind)] for kind in load.kinds}
+    started = time.monotonic()
+    procs = []
+    for proc in range(load.processes):
+        spec = {
+            "url": lock_server.url,
+            "resource_url": resource_url,
+            "proc": proc,
+            "seed": int(run_id, 16) % 100_000,
+            "tasks": load.tasks,
+            "kinds": list(load.kinds),
+            "names": names,
+            "duration": load.duration,
+            "iterations": load.iterations,
+            "watchdog_timeout": load.watchdog_timeout,
+            "cancel": load.cancel,
+            "exit_holding": load.exit_holding,
+            "starve_every": load.starve_every if proc == 0 else 0,
+            "log": str(workdir / f"{run_id}-{proc}.jsonl"),
+        }
+        spec_path = workdir / f"{run_id}-{proc}.json"
+        spec_path.write_text(json.dumps(spec))
+        procs.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable, str(WORKER), str(spec_path), stdout=asyncio.subprocess.PIPE
+            )
+        )
+    stop = asyncio.Event()
+    injector = asyncio.create_task(inject(stop)) if inject is not None else None
+    try:
+        outputs = await _collect(procs, load.duration + load.grace, result)
+    finally:
+        stop.set()
+        if injector is not None:
+            await injector
+    result.took = time.monotonic() - started
+    for proc, output in enumerate(outputs):
+        if output is not None:
+            result.summaries.append(json.loads(output.splitlines()[-1]))
+        log = workdir / f"{run_id}-{proc}.jsonl"
+        if log.exists():
+            for line in log.read_text().splitlines():
+                d = json.loads(line)
+                result.holds.append(Hold(d["p"], d["k"], d["n"], d["h"], d["s"], d["e"], d["o"]))
+    result.overlaps = find_overlaps(result.holds)
+    await _check_servers(
+        result, lock_server.url, resource_url, run_id=run_id, names=names, load=load
+    )
+    return result
+
+
+async def _collect(
+    procs: list[asyncio.subprocess.Process], deadline: float, result: Result
+) -> list[bytes | None]:
+    """Each worker's stdout, or None (and a failure) for one that failed or overran."""
+    outputs: list[bytes | None] = []
+    try:
+        async with asyncio.timeout(deadline):
+            for proc in procs:
+                stdout, _ = await proc.communicate()
+                if proc.returncode != 0:
+                    result.failures.append(f"a worker exited with {proc.returncode}")
+                    outputs.append(None)
+                else:
+                    outputs.append(stdout)
+    except TimeoutError:
+        result.failures.append(f"workers still running {deadline:.0f} s after the start")
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+    outputs += [None] * (len(procs) - len(outputs))
+    return outputs
+
+
+def find_overlaps(holds: list[Hold]) -> list[tuple[Hold, Hold]]:
+    """Pairs of holds of one name whose intervals overlap, unless both are shared."""
+    found: list[tuple[Hold, Hold]] = []
+    by_name: dict[str, list[Hold]] = {}
+    for hold in holds:
+        by_name.setdefault(hold.name, []).append(hold)
+    for group in by_name.values():
+        group.sort(key=lambda hold: hold.start)
+        active: list[Hold] = []
+        for hold in group:
+            active = [other for other in active if other.end > hold.start]
+            found.extend(
+                (other, hold)
+                for other in active
+                if not (other.kind in SHARED and hold.kind in SHARED)
+            )
+            active.append(hold)
+    return found
+
+
+async def _check_servers(
+    result: Result,
+    lock_url: str,
+    resource_url: str,
+    *,
+    run_id: str,
+    names: dict[str, list[str]],
+    load: Load,
+) -> None:
+    resource = Redis.from_url(resource_url, decode_responses=True)
+    try:
+        increments: Counter[str] = Counter()
+        for summary in result.summaries:
+            increments.update(summary["increments"])
+        exclusive = {name for kind, group in names.items() if kind not in SHARED for name in group}
+        for name in sorted(exclusive):
+            value = int(await resource.get(f"counter:{name}") or 0)
+            result.counters[name] = (value, increments[name])
+    finally:
+        await resource.aclose()
+    if result.failures:
+        return  # a killed worker leaves state the checks below would only echo
+    lock = Redis.from_url(lock_url, decode_responses=True)
+    try:
+        # Holds of tasks that exited holding, and of holders that lost them, run out with
+        # their lease; anything still there after that is a leak.
+        deadline = time.monotonic() + load.watchdog_timeout + 5
+        while True:
+            keys = [key async for key in lock.scan_iter(match=f"*{run_id}*", count=1000)]
+            lasting = [k for k in keys if not any(m in k for m in TRANSIENT_MARKERS)]
+            if not lasting or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.1)
+        result.leftovers = lasting
+        result.transient_left = len(keys) - len(lasting)
+        channels = await lock.pubsub_channels(f"*{run_id}*")
+        counts = await lock.pubsub_numsub(*channels) if channels else []
+        result.leftovers += [f"subscription {c!r}" for c, n in counts if int(n)]
+        shard = await lock.pubsub_shardchannels(f"*{run_id}*")
+        result.leftovers += [f"shard subscription {c!r}" for c in shard]
+    finally:
+        await lock.aclose()

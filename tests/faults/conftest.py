@@ -1,0 +1,63 @@
+"""Fixtures of the fault suite: private server processes it may kill, and its summary lines."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from aiolock.testing import LocalServer, start_local_server
+
+from .checker import Result
+
+_lines: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def resource_url() -> Iterator[str]:
+    """The server holding the counters the locks protect: never faulted."""
+    server = start_local_server()
+    try:
+        yield server.url
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def lock_server() -> Iterator[LocalServer]:
+    """A fresh lock server per scenario, without persistence: the scenario may kill it."""
+    server = start_local_server()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def aof_lock_server() -> Iterator[LocalServer]:
+    """A fresh lock server whose data survives a restart (AOF, fsync always)."""
+    server = start_local_server(appendonly=True)
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def report() -> Callable[[Result], None]:
+    """Keep a scenario's summary line for the end of the run (and print it at once)."""
+
+    def keep(result: Result) -> None:
+        line = result.line()
+        _lines.append(line)
+        print(line)
+
+    return keep
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """One line per scenario, whatever the verbosity."""
+    if _lines:
+        terminalreporter.section("fault scenarios")
+        for line in _lines:
+            terminalreporter.write_line(line)

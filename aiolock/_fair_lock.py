@@ -125,10 +125,16 @@ class FairLock(LockBase):
         if not joins_queue:
             # try_lock(wait=0) runs the no-wait variant, which never queues.
             return
-        await self._run(
-            load_script("fair_leave"),
-            [self._key, self._queue, self._timeouts, self._chan],
-            [self._field(holder), wait_ms, _now_ms(), _UNLOCK_MESSAGE, self._client._publish],
+        # Left in the queue, the entry would hold up everyone behind it until it times
+        # out: resend through connection errors (leaving twice removes nothing more).
+        await self._until_answered(
+            f"take a waiter of fair lock {self._name!r} out of its queue",
+            lambda: self._run(
+                load_script("fair_leave"),
+                [self._key, self._queue, self._timeouts, self._chan],
+                [self._field(holder), wait_ms, _now_ms(), _UNLOCK_MESSAGE, self._client._publish],
+            ),
+            wait_ms,
         )
 
     async def _release_once(self, field: str, reapply_ms: int, latch: str) -> int | None:

@@ -143,7 +143,11 @@ class Result:
         for summary in self.summaries:
             warnings.update(summary["warnings"])
         shown_warnings = ", ".join(f"{what} {n}" for what, n in sorted(warnings.items())) or "0"
-        worst = max((s["max_wait"] for s in self.summaries), default=0.0)
+        worst: dict[str, float] = {}
+        for summary in self.summaries:
+            for kind, wait in summary["max_wait"].items():
+                worst[kind] = max(worst.get(kind, 0.0), wait)
+        shown_worst = ", ".join(f"{kind} {wait:.2f}" for kind, wait in sorted(worst.items()))
         counters_ok = all(v == e for v, e in self.counters.values())
         verdict = "PASS" if not self.problems(lost_allowed=True) else "FAIL"
         return (
@@ -153,7 +157,7 @@ class Result:
             f"exited holding {self.total('exited-holding')}; errors: {shown_errors}; "
             f"warnings: {shown_warnings}; overlaps {len(self.overlaps)} "
             f"(unreported {len(self.violations)}); counters {'exact' if counters_ok else 'short'}; "
-            f"leftovers {len(self.leftovers)}; worst wait {worst:.2f} s; took {self.took:.1f} s"
+            f"leftovers {len(self.leftovers)}; worst wait (s) {shown_worst}; took {self.took:.1f} s"
         )
 
 

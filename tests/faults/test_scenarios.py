@@ -141,7 +141,8 @@ async def test_server_paused(
     report(result)
     assert not result.problems()
     assert faults["SIGSTOP for 2 s"] == 1
-    assert max(s["max_wait"] for s in result.summaries) >= 1.5  # the pauses were felt
+    waits = [wait for s in result.summaries for wait in s["max_wait"].values()]
+    assert max(waits) >= 1.5  # the pauses were felt
 
 
 async def _probe_restart(
@@ -265,7 +266,8 @@ async def test_cancellation_storm(
     report(result)
     assert not result.problems()
     cancelled = sum(s["errors"].get("cancelled (by the worker)", 0) for s in result.summaries)
-    assert cancelled >= 0.1 * len(result.holds)
+    # A fifth of the rounds get a deadline of 0-15 ms; some finish before it.
+    assert cancelled >= 0.05 * sum(s["rounds"] for s in result.summaries)
     exited = sum(s["exits_holding"] for s in result.summaries)
     assert exited == load.processes * load.exit_holding
     reported = sum(s["warnings"].get("task ended holding", 0) for s in result.summaries)

@@ -89,9 +89,10 @@ class Worker:
         self.outcomes: Counter[str] = Counter()
         self.increments: Counter[str] = Counter()
         self.errors: Counter[str] = Counter()
-        self.max_wait = 0.0
+        self.max_wait: dict[str, float] = {}
         self.warnings = _Warnings()
         self.exits_holding = 0
+        self.rounds = 0
 
     def record(
         self, kind: str, name: str, holder: str, *, start: float, end: float, how: str
@@ -142,6 +143,7 @@ class Worker:
             "max_wait": self.max_wait,
             "waiting_at_end": waiting,
             "exits_holding": self.exits_holding,
+            "rounds": self.rounds,
             "took": time.monotonic() - started,
         }
 
@@ -164,6 +166,7 @@ class Worker:
                 return
             starve = bool(starve_every) and index == 0 and iteration % starve_every == 1
             cancel_after = self.rng.uniform(0, 0.015) if self.rng.random() < cancel_share else None
+            self.rounds += 1
             await self.once(handle, kind, name, resource, cancel_after, starve=starve)
             # Think time between rounds, as real work has. Without it the eight readers of
             # a name always overlap and a writer, as in Redisson (readers are not held back
@@ -189,7 +192,7 @@ class Worker:
             async with asyncio.timeout(cancel_after):
                 async with handle:
                     start = time.monotonic()
-                    self.max_wait = max(self.max_wait, start - called)
+                    self.max_wait[kind] = max(self.max_wait.get(kind, 0.0), start - called)
                     try:
                         await self.work(kind, name, resource, starve=starve)
                     finally:

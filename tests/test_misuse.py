@@ -3,14 +3,16 @@
 test_validation.py covers the arguments of ``client.lock()`` and of the client itself; this
 module adds the other lock types' arguments, unlocking what the caller does not hold,
 unlocking through a closed client, names whose keys hold another Redis type, and servers
-that refuse the client (no or a wrong password; an ACL user without scripting, SCRIPT LOAD
-or PUBLISH). The strict xfails are known gaps: each says what the library still does wrong.
+that refuse the client (no or a wrong password; an ACL user without scripting, SCRIPT LOAD,
+PUBLISH or SUBSCRIBE).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,6 +24,8 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 import aiolock
+from aiolock._base import LockBase
+from aiolock._keys import prefixed
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
@@ -309,35 +313,6 @@ async def test_unlock_after_aclose_while_held(
 
 # -- a name whose keys hold another Redis type ---------------------------------------------
 
-_DELETES_FOREIGN_KEY = pytest.mark.xfail(
-    strict=True,
-    reason="force_unlock() of a Lock/FairLock DELs the key whatever its type "
-    "(lock_force_unlock.lua, fair_force_unlock.lua): it returns True and destroys the data",
-)
-_EXISTS_ON_ANY_TYPE = pytest.mark.xfail(
-    strict=True,
-    reason="is_locked() of a Lock/FairLock is EXISTS: True for a key of any type",
-)
-_PTTL_ON_ANY_TYPE = pytest.mark.xfail(
-    strict=True, reason="remaining_lease() is PTTL: None for a key of any type without expiry"
-)
-
-
-def _wrong_type_params() -> list[Any]:
-    params = []
-    for kind in KINDS:
-        for method in METHODS:
-            marks = []
-            hash_only = kind.id in {"Lock", "FairLock"}
-            if method == "force_unlock" and hash_only:
-                marks.append(_DELETES_FOREIGN_KEY)
-            elif method == "is_locked" and hash_only:
-                marks.append(_EXISTS_ON_ANY_TYPE)
-            elif method == "remaining_lease":
-                marks.append(_PTTL_ON_ANY_TYPE)
-            params.append(pytest.param(kind, method, marks=marks, id=f"{kind.id}-{method}"))
-    return params
-
 
 async def put_foreign(raw: Redis, key: str, value_type: str) -> Callable[[], Awaitable[None]]:
     """Store a value of ``value_type`` at ``key``; return a check that it is untouched."""
@@ -367,7 +342,8 @@ def assert_wrong_type_error(error: BaseException, name: str) -> None:
 
 
 @pytest.mark.parametrize("value_type", ["string", "list"])
-@pytest.mark.parametrize(("kind", "method"), _wrong_type_params())
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("kind", ALL)
 async def test_wrong_type_at_the_lock_key(
     client: aiolock.Client, raw: Redis, name: str, *, kind: LockKind, method: str, value_type: str
 ) -> None:
@@ -451,6 +427,11 @@ def guarded() -> Iterator[Guarded]:
             admin.execute_command(
                 "ACL", "SETUSER", "nopublish", "on", f">{_ACL_PASSWORD}", "~*", "&*", "+@all",
                 "-publish",
+            )  # fmt: skip
+            # Everything but a waiter's subscription to its lock's channel.
+            admin.execute_command(
+                "ACL", "SETUSER", "nosubscribe", "on", f">{_ACL_PASSWORD}", "~*", "&*", "+@all",
+                "-subscribe", "-ssubscribe", "-psubscribe",
             )  # fmt: skip
             admin.config_set("requirepass", _PASSWORD)
         yield Guarded(server)
@@ -597,11 +578,6 @@ async def test_acl_forbids_publish(
     await assert_no_other_tasks()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the release scripts delete before they PUBLISH, and a script's writes before an "
-    "error stay: unlock() raises, yet the lock is gone while the client still counts a hold",
-)
 @pytest.mark.parametrize("kind", PUBLISHING)
 async def test_release_refused_by_acl_changes_nothing(
     guarded: Guarded, guarded_admin: redis.Redis, name: str, kind: LockKind
@@ -618,3 +594,127 @@ async def test_release_refused_by_acl_changes_nothing(
         assert await handle.hold_count() == 1
     finally:
         await client.aclose()
+
+
+def _snapshot(admin: redis.Redis, name: str) -> dict[str, tuple[str, object, bool]]:
+    """Every key of the name: its type, value and whether it has an expiry."""
+    read: dict[str, Callable[[str], object]] = {
+        "hash": admin.hgetall,
+        "list": lambda key: admin.lrange(key, 0, -1),
+        "zset": lambda key: admin.zrange(key, 0, -1, withscores=True),
+        "string": admin.get,
+    }
+    state = {}
+    for key in map(str, admin.keys(f"*{name}*")):
+        kind = str(admin.type(key))
+        state[key] = (kind, read[kind](key), admin.pttl(key) > 0)
+    return state
+
+
+async def _set_up_publishing(
+    handle: LockBase, admin: redis.Redis, operation: str
+) -> Callable[[], Awaitable[object]]:
+    """Set ``handle``'s lock up so that ``operation`` must publish; return the call."""
+    holder = handle._holder()[0]
+    if operation != "leave":
+        await handle.lock()
+    if isinstance(handle, aiolock.FairLock):
+        # A fair lock publishes only to the waiter at the head of its queue: queue one.
+        deadline = time.time() * 1000 + 60_000
+        if operation == "leave":
+            # This holder at the head and the lock free: leaving makes the ghost the head.
+            # The ghost's deadline counts W after the holder's, which leaving takes back.
+            behind = deadline + handle._wait_ms(None)
+            admin.rpush(handle._queue, holder, "ghost")
+            admin.zadd(handle._timeouts, {holder: deadline, "ghost": behind})
+            return lambda: handle._leave_queue(holder)
+        admin.rpush(handle._queue, "ghost")
+        admin.zadd(handle._timeouts, {"ghost": deadline})
+    if operation == "rollback":
+        # What the undo of a cut-off acquire runs: give back the hold that acquire took.
+        tombstone = f"{prefixed('aiolock_acquire_cancel', handle._key)}:1"
+        return lambda: handle._rollback(handle._field(holder), 1, tombstone)
+    return handle.unlock if operation == "unlock" else handle.force_unlock
+
+
+_OPERATIONS = [
+    pytest.param(kind, operation, id=f"{kind.id}-{operation}")
+    for kind in KINDS
+    for operation in ["unlock", "force_unlock", "rollback", "leave"]
+    if operation != "leave" or kind.id == "FairLock"
+]
+
+
+@pytest.mark.parametrize(("kind", "operation"), _OPERATIONS)
+async def test_publish_refused_by_acl_changes_nothing(
+    guarded: Guarded, guarded_admin: redis.Redis, name: str, kind: LockKind, operation: str
+) -> None:
+    """A script whose PUBLISH is refused fails with every key as it was before the call.
+
+    The refusal is an error inside the script, and Redis keeps the writes a script made
+    before an error: each script that publishes must do so before it writes anything.
+    """
+    client = aiolock.Client.from_url(guarded.url("nopublish", _ACL_PASSWORD))
+    handle = kind.make(client, name)
+    assert isinstance(handle, LockBase)
+    try:
+        run = await _set_up_publishing(handle, guarded_admin, operation)
+        before = _snapshot(guarded_admin, name)
+        with pytest.raises((aiolock.LockError, ResponseError)) as info:
+            async with asyncio.timeout(LIMIT):
+                await run()
+        assert "no permissions to run the 'publish' command" in str(info.value)
+        assert _snapshot(guarded_admin, name) == before
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_acl_forbids_subscribe(
+    guarded: Guarded,
+    guarded_admin: redis.Redis,
+    name: str,
+    kind: LockKind,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Without SUBSCRIBE, a waiter fails at once with the refusal, not after subscribe_timeout.
+
+    The pub/sub reader keeps asking (the ACL may be fixed) but backs off, and logs the
+    refusal once, without a traceback.
+    """
+    caplog.set_level(logging.DEBUG, logger="aiolock")
+    # Waiting out a subscribe_timeout longer than LIMIT fails the test.
+    client = aiolock.Client.from_url(
+        guarded.url("nosubscribe", _ACL_PASSWORD), subscribe_timeout=60
+    )
+    if kind.exclusive:
+        blocker = kind.make(client, name, owner="blocker")
+    else:
+        blocker = client.read_write_lock(name, owner="blocker").write_lock()
+    handle = kind.make(client, name)
+    try:
+        assert await blocker.try_lock()
+        # The second waiter comes while the reader is still retrying the refused channel.
+        waits: list[Callable[[], Awaitable[object]]] = [
+            handle.lock,
+            lambda: handle.try_lock(wait=LIMIT * 2),
+        ]
+        for wait in waits:
+            with pytest.raises(aiolock.LockError) as info:
+                async with asyncio.timeout(LIMIT):
+                    await wait()
+            assert type(info.value) is aiolock.LockError
+            assert isinstance(info.value.__cause__, NoPermissionError)
+            assert "no permissions to run the 'subscribe' command" in str(info.value)
+            assert f"lock {name!r}" in str(info.value)
+            assert_nothing_local(handle)
+        await blocker.unlock()
+    finally:
+        await client.aclose()
+    await assert_no_other_tasks()
+    refusals = [r for r in caplog.records if "refused" in r.getMessage()]
+    assert [r.levelname for r in refusals if r.levelno >= logging.WARNING] == ["WARNING"]
+    assert not [r for r in caplog.records if r.exc_info]
+    # Backing off, the reader asks a handful of times in this test's second or so; without
+    # it, it asked about 90 times a second.
+    assert len(refusals) <= 15, len(refusals)

@@ -10,25 +10,41 @@
 -- ARGV[3]  publish command
 --
 -- Returns 1 if a lock was deleted (and ARGV[1] published to "<base>:<head id>" if anyone
--- waits), else 0. The queue is left as it is, after the purge of expired waiters.
+-- waits), else 0. The queue is left as it is, after the purge of expired waiters. Fails
+-- with a WRONGTYPE error, changing nothing, if KEYS[1] holds another type: that is
+-- somebody's data, not a lock (Redisson deletes it all the same).
+--
+-- Everything is read before anything is written, and the message is published first: a
+-- refused PUBLISH (ACL) then fails the script with nothing changed. Subscribers receive it
+-- after the script either way, and the state stored is the same as in Redisson's order.
+local kind = redis.call('type', KEYS[1]).ok
+if kind ~= 'hash' and kind ~= 'none' then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+-- The purge, read-only: the expired waiters at the head, and the head left after them.
 local now = tonumber(ARGV[2])
-while true do
-    local head = redis.call('lindex', KEYS[2], 0)
-    if not head then
-        break
-    end
+local expired, seen = {}, {}
+local head = redis.call('lindex', KEYS[2], 0)
+while head do
     local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline == nil or deadline > now then
+    -- A popped id has no deadline left: the purge would stop at a second copy of it.
+    if deadline == nil or deadline > now or seen[head] then
         break
     end
-    redis.call('zrem', KEYS[3], head)
+    expired[#expired + 1] = head
+    seen[head] = true
+    head = redis.call('lindex', KEYS[2], #expired)
+end
+
+if kind == 'hash' and head then
+    redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[1])
+end
+for i = 1, #expired do
+    redis.call('zrem', KEYS[3], expired[i])
     redis.call('lpop', KEYS[2])
 end
-if redis.call('del', KEYS[1]) == 1 then
-    local head = redis.call('lindex', KEYS[2], 0)
-    if head then
-        redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[1])
-    end
-    return 1
+if kind == 'none' then
+    return 0
 end
-return 0
+redis.call('del', KEYS[1])
+return 1

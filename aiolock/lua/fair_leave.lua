@@ -16,9 +16,13 @@
 -- As Redisson: every waiter behind the holder moves up by W (their deadlines were counted
 -- from its deadline, which was counted with W), then the holder is removed from the
 -- timeouts and the queue. Unlike Redisson, it then purges expired waiters at the head and,
--- if the head changed while the lock is free, publishes ARGV[1] to the new head: a holder
+-- if the head changed while the lock is free, publishes ARGV[4] to the new head: a holder
 -- that gave up right after the release was published to it would otherwise leave the next
 -- waiter asleep until its wait bound. Resending it is harmless (the holder is not found).
+--
+-- Everything is decided before anything is written, and the message is published first:
+-- a refused PUBLISH (ACL) then fails the script with nothing changed. Subscribers receive
+-- it after the script either way, and the state stored is the same as in the order above.
 local queue = redis.call('lrange', KEYS[2], 0, -1)
 local at = 1
 while at <= #queue and queue[at] ~= ARGV[1] do
@@ -29,31 +33,47 @@ if at > #queue then
     redis.call('zrem', KEYS[3], ARGV[1])
     return 0
 end
+local w = tonumber(ARGV[2])
+local now = tonumber(ARGV[3])
+
+-- The queue once the holder has left it, with what each waiter behind it moves up by...
+local moved = {}
 for i = at + 1, #queue do
-    redis.call('zincrby', KEYS[3], -tonumber(ARGV[2]), queue[i])
+    moved[queue[i]] = (moved[queue[i]] or 0) + w
+end
+local rest = {}
+for i = 1, #queue do
+    if queue[i] ~= ARGV[1] then
+        rest[#rest + 1] = queue[i]
+    end
+end
+-- ... then the purge, read-only: how many expired waiters it pops from the head.
+local popped, seen = 0, {}
+while popped < #rest do
+    local id = rest[popped + 1]
+    local deadline = tonumber(redis.call('zscore', KEYS[3], id))
+    if moved[id] then
+        deadline = (deadline or 0) - moved[id]
+    end
+    -- A popped id has no deadline left: the purge would stop at a second copy of it.
+    if deadline == nil or deadline > now or seen[id] then
+        break
+    end
+    seen[id] = true
+    popped = popped + 1
+end
+local head = rest[popped + 1]
+if (at == 1 or popped > 0) and head and redis.call('exists', KEYS[1]) == 0 then
+    redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[4])
+end
+
+for i = at + 1, #queue do
+    redis.call('zincrby', KEYS[3], -w, queue[i])
 end
 redis.call('zrem', KEYS[3], ARGV[1])
 redis.call('lrem', KEYS[2], 0, ARGV[1])
-
-local head_changed = at == 1
-local now = tonumber(ARGV[3])
-while true do
-    local head = redis.call('lindex', KEYS[2], 0)
-    if not head then
-        break
-    end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline == nil or deadline > now then
-        break
-    end
-    redis.call('zrem', KEYS[3], head)
+for i = 1, popped do
+    redis.call('zrem', KEYS[3], rest[i])
     redis.call('lpop', KEYS[2])
-    head_changed = true
-end
-if head_changed and redis.call('exists', KEYS[1]) == 0 then
-    local head = redis.call('lindex', KEYS[2], 0)
-    if head then
-        redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[4])
-    end
 end
 return 1

@@ -24,44 +24,60 @@
 -- is written (a resend finds the key absent again and answers the same). It still
 -- publishes to the head, as Redisson does: a lease that ran out published nothing, and the
 -- head may otherwise sleep until its wait bound before it notices the lock is free.
+--
+-- Everything is read before anything is written, and the message is published first: a
+-- refused PUBLISH (ACL) then fails the script with the hold still there, as the caller's
+-- bookkeeping assumes after an error. Subscribers receive it after the script either
+-- way, and the state stored is the same as in Redisson's order.
 local done = redis.call('get', KEYS[5])
 if done then
     return tonumber(done)
 end
+-- The purge, read-only: the expired waiters at the head, and the head left after them.
 local now = tonumber(ARGV[4])
-while true do
-    local head = redis.call('lindex', KEYS[2], 0)
-    if not head then
-        break
-    end
+local expired, seen = {}, {}
+local head = redis.call('lindex', KEYS[2], 0)
+while head do
     local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline == nil or deadline > now then
+    -- A popped id has no deadline left: the purge would stop at a second copy of it.
+    if deadline == nil or deadline > now or seen[head] then
         break
     end
-    redis.call('zrem', KEYS[3], head)
-    redis.call('lpop', KEYS[2])
+    expired[#expired + 1] = head
+    seen[head] = true
+    head = redis.call('lindex', KEYS[2], #expired)
 end
-
-if redis.call('exists', KEYS[1]) == 0 then
-    local head = redis.call('lindex', KEYS[2], 0)
+local function purge()
+    for i = 1, #expired do
+        redis.call('zrem', KEYS[3], expired[i])
+        redis.call('lpop', KEYS[2])
+    end
+end
+local function wake_head()
     if head then
         redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[1])
     end
+end
+
+if redis.call('exists', KEYS[1]) == 0 then
+    wake_head()
+    purge()
     return nil
 end
-if redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if not count then
+    purge()
     return nil
 end
-local count = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if count > 0 then
+if count > 1 then
+    purge()
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', KEYS[5], 0, 'px', ARGV[6])
     return 0
 end
+wake_head()
+purge()
 redis.call('del', KEYS[1])
-local head = redis.call('lindex', KEYS[2], 0)
-if head then
-    redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[1])
-end
 redis.call('set', KEYS[5], 1, 'px', ARGV[6])
 return 1

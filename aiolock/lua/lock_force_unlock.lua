@@ -5,9 +5,19 @@
 -- ARGV[1]  unlock message "0"
 -- ARGV[2]  publish command
 --
--- Returns 1 if a lock was deleted (and the message published), else 0.
-if redis.call('del', KEYS[1]) == 1 then
-    redis.call(ARGV[2], KEYS[2], ARGV[1])
-    return 1
+-- Returns 1 if a lock was deleted (and the message published), else 0. Fails with a
+-- WRONGTYPE error, changing nothing, if KEYS[1] holds another type: that is somebody's
+-- data, not a lock (Redisson deletes it all the same).
+--
+-- The message is published before the key is deleted: a refused PUBLISH (ACL) then fails
+-- the script with nothing changed. Subscribers receive it after the script either way.
+local kind = redis.call('type', KEYS[1]).ok
+if kind == 'none' then
+    return 0
 end
-return 0
+if kind ~= 'hash' then
+    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+end
+redis.call(ARGV[2], KEYS[2], ARGV[1])
+redis.call('del', KEYS[1])
+return 1

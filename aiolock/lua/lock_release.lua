@@ -12,6 +12,10 @@
 -- Returns nil if the holder has no hold, 0 if holds remain, 1 if the lock was released
 -- (then ARGV[1] was published on KEYS[2]). A resend of the same call (same request id)
 -- replays the first result from the latch instead of decrementing again.
+--
+-- The message is published before anything is written: a refused PUBLISH (ACL) then fails
+-- the script with the hold still there, as the caller's bookkeeping assumes after an
+-- error. Subscribers receive it after the script either way.
 local done = redis.call('get', KEYS[3])
 if done then
     return tonumber(done)
@@ -26,7 +30,7 @@ if count > 1 then
     redis.call('set', KEYS[3], 0, 'px', ARGV[5])
     return 0
 end
-redis.call('del', KEYS[1])
 redis.call(ARGV[4], KEYS[2], ARGV[1])
+redis.call('del', KEYS[1])
 redis.call('set', KEYS[3], 1, 'px', ARGV[5])
 return 1

@@ -11,7 +11,8 @@
 -- ARGV[5]  tombstone TTL in ms
 --
 -- Returns 1 if the acquire had taken a hold and it was given back, 0 if it had not (the
--- tombstone then stops it from taking one should it still reach the server).
+-- tombstone then stops it from taking one should it still reach the server). The message
+-- is published before the delete, so that a refused PUBLISH changes nothing.
 local count = redis.call('hget', KEYS[1], ARGV[1])
 if not count or tonumber(count) ~= tonumber(ARGV[2]) then
     redis.call('set', KEYS[3], 1, 'px', ARGV[5])
@@ -22,6 +23,6 @@ if tonumber(count) > 1 then
     redis.call('pexpire', KEYS[1], ARGV[3])
     return 1
 end
-redis.call('del', KEYS[1])
 redis.call(ARGV[4], KEYS[2], '0')
+redis.call('del', KEYS[1])
 return 1

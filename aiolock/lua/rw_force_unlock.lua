@@ -11,10 +11,15 @@
 -- Returns 1 if the lock was in that mode and was deleted (and the message published),
 -- else 0 (nothing changed). Redisson leaves the read holds' timeout keys to expire; aiolock
 -- deletes them with the hash. Nothing reads a timeout key whose field is gone, so this
--- only removes garbage early.
+-- only removes garbage early. A key of another type fails HGET with WRONGTYPE before
+-- anything is written.
+--
+-- The message is published before anything is deleted: a refused PUBLISH (ACL) then fails
+-- the script with nothing changed. Subscribers receive it after the script either way.
 if redis.call('hget', KEYS[1], 'mode') ~= ARGV[1] then
     return 0
 end
+redis.call(ARGV[3], KEYS[2], ARGV[2])
 local fields = redis.call('hgetall', KEYS[1])
 for i = 1, #fields, 2 do
     local holds = tonumber(fields[i + 1])
@@ -25,5 +30,4 @@ for i = 1, #fields, 2 do
     end
 end
 redis.call('del', KEYS[1])
-redis.call(ARGV[3], KEYS[2], ARGV[2])
 return 1

@@ -26,6 +26,11 @@
 --
 -- Unlike Redisson, nothing is written to the latch on a nil reply: the latch is private to
 -- this call, and a resend recomputes nil anyway.
+--
+-- Everything is decided before anything is written, and the message is published first:
+-- a refused PUBLISH (ACL) then fails the script with the hold still there, as the
+-- caller's bookkeeping assumes after an error. Subscribers receive it after the script
+-- either way, and the state stored is the same as in Redisson's order.
 local done = redis.call('get', KEYS[5])
 if done then
     return tonumber(done)
@@ -35,23 +40,30 @@ if mode == false then
     redis.call(ARGV[3], KEYS[2], ARGV[1])
     return nil
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 0 then
+local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+if not held then
     return nil
 end
-local count = redis.call('hincrby', KEYS[1], ARGV[2], -1)
-if count == 0 then
-    redis.call('hdel', KEYS[1], ARGV[2])
-end
-redis.call('del', KEYS[3] .. ':' .. (count + 1))
+local count = held - 1
 local result = 0
 if count == 0 then
     result = 1
 end
-if redis.call('hlen', KEYS[1]) > 1 then
-    local longest = -3
-    local fields = redis.call('hgetall', KEYS[1])
+
+-- The hash once this hold is dropped: how many fields it keeps, and the longest lease
+-- left among their timeout keys (this hold's own key is about to go, so it is skipped).
+local fields = redis.call('hgetall', KEYS[1])
+local kept = #fields / 2
+if count == 0 then
+    kept = kept - 1
+end
+local longest = -3
+if kept > 1 then
     for i = 1, #fields, 2 do
         local holds = tonumber(fields[i + 1])
+        if fields[i] == ARGV[2] then
+            holds = count
+        end
         if holds then
             for k = holds, 1, -1 do
                 local ttl = redis.call('pttl', KEYS[4] .. ':' .. fields[i] .. ':rwlock_timeout:' .. k)
@@ -59,17 +71,23 @@ if redis.call('hlen', KEYS[1]) > 1 then
             end
         end
     end
-    if longest > 0 then
-        redis.call('pexpire', KEYS[1], longest)
-        redis.call('set', KEYS[5], result, 'px', ARGV[4])
-        return result
-    end
-    if mode == 'write' then
-        redis.call('set', KEYS[5], result, 'px', ARGV[4])
-        return result
-    end
 end
-redis.call('del', KEYS[1])
-redis.call(ARGV[3], KEYS[2], ARGV[1])
+-- Freed unless live read holds remain, or a writer (this holder, downgrading) holds it.
+local frees = kept <= 1 or (longest <= 0 and mode ~= 'write')
+if frees then
+    redis.call(ARGV[3], KEYS[2], ARGV[1])
+end
+
+if count == 0 then
+    redis.call('hdel', KEYS[1], ARGV[2])
+else
+    redis.call('hincrby', KEYS[1], ARGV[2], -1)
+end
+redis.call('del', KEYS[3] .. ':' .. (count + 1))
+if frees then
+    redis.call('del', KEYS[1])
+elseif longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+end
 redis.call('set', KEYS[5], result, 'px', ARGV[4])
 return result

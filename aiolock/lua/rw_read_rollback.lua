@@ -14,22 +14,31 @@
 -- Returns 1 if the acquire had taken a hold and it was given back (exactly as a read
 -- unlock would: TTL recomputed from the remaining timeout keys, or the hash deleted and
 -- "0" published), 0 if it had not (the tombstone then voids it should it still arrive).
-local count = redis.call('hget', KEYS[1], ARGV[1])
-if not count or tonumber(count) ~= tonumber(ARGV[2]) then
+--
+-- Everything is decided before anything is written, and the message is published first,
+-- as in rw_read_release.lua: a refused PUBLISH then fails the script with nothing changed.
+local held = redis.call('hget', KEYS[1], ARGV[1])
+if not held or tonumber(held) ~= tonumber(ARGV[2]) then
     redis.call('set', KEYS[5], 1, 'px', ARGV[4])
     return 0
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
-count = redis.call('hincrby', KEYS[1], ARGV[1], -1)
+local count = tonumber(held) - 1
+
+-- The hash once this hold is dropped: how many fields it keeps, and the longest lease
+-- left among their timeout keys (this hold's own key is about to go, so it is skipped).
+local fields = redis.call('hgetall', KEYS[1])
+local kept = #fields / 2
 if count == 0 then
-    redis.call('hdel', KEYS[1], ARGV[1])
+    kept = kept - 1
 end
-redis.call('del', KEYS[3] .. ':' .. (count + 1))
-if redis.call('hlen', KEYS[1]) > 1 then
-    local longest = -3
-    local fields = redis.call('hgetall', KEYS[1])
+local longest = -3
+if kept > 1 then
     for i = 1, #fields, 2 do
         local holds = tonumber(fields[i + 1])
+        if fields[i] == ARGV[1] then
+            holds = count
+        end
         if holds then
             for k = holds, 1, -1 do
                 local ttl = redis.call('pttl', KEYS[4] .. ':' .. fields[i] .. ':rwlock_timeout:' .. k)
@@ -37,14 +46,22 @@ if redis.call('hlen', KEYS[1]) > 1 then
             end
         end
     end
-    if longest > 0 then
-        redis.call('pexpire', KEYS[1], longest)
-        return 1
-    end
-    if mode == 'write' then
-        return 1
-    end
 end
-redis.call('del', KEYS[1])
-redis.call(ARGV[3], KEYS[2], '0')
+-- Freed unless live read holds remain, or a writer (this holder, downgrading) holds it.
+local frees = kept <= 1 or (longest <= 0 and mode ~= 'write')
+if frees then
+    redis.call(ARGV[3], KEYS[2], '0')
+end
+
+if count == 0 then
+    redis.call('hdel', KEYS[1], ARGV[1])
+else
+    redis.call('hincrby', KEYS[1], ARGV[1], -1)
+end
+redis.call('del', KEYS[3] .. ':' .. (count + 1))
+if frees then
+    redis.call('del', KEYS[1])
+elseif longest > 0 then
+    redis.call('pexpire', KEYS[1], longest)
+end
 return 1

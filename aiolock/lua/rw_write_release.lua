@@ -16,6 +16,10 @@
 --
 -- Redisson semantics (spec 6.5); an unlock of a lock with no mode publishes "1" (a wake-up)
 -- and reports "not held". Unlike Redisson, nothing is written to the latch on a nil reply.
+--
+-- The message is published before anything is written: a refused PUBLISH (ACL) then fails
+-- the script with the hold still there, as the caller's bookkeeping assumes after an
+-- error. Subscribers receive it after the script either way.
 local done = redis.call('get', KEYS[3])
 if done then
     return tonumber(done)
@@ -25,22 +29,27 @@ if mode == false then
     redis.call(ARGV[4], KEYS[2], ARGV[1])
     return nil
 end
-if mode ~= 'write' or redis.call('hexists', KEYS[1], ARGV[3]) == 0 then
+if mode ~= 'write' then
     return nil
 end
-local count = redis.call('hincrby', KEYS[1], ARGV[3], -1)
-if count > 0 then
+local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+if not count then
+    return nil
+end
+if count > 1 then
+    redis.call('hincrby', KEYS[1], ARGV[3], -1)
     redis.call('pexpire', KEYS[1], ARGV[2])
     redis.call('set', KEYS[3], 0, 'px', ARGV[5])
     return 0
 end
-redis.call('hdel', KEYS[1], ARGV[3])
-if redis.call('hlen', KEYS[1]) == 1 then
-    redis.call('del', KEYS[1])
+if redis.call('hlen', KEYS[1]) == 2 then
+    -- "mode" and this write field only: nothing holds the lock once the field goes.
     redis.call(ARGV[4], KEYS[2], ARGV[1])
+    redis.call('del', KEYS[1])
     redis.call('set', KEYS[3], 1, 'px', ARGV[5])
     return 1
 end
+redis.call('hdel', KEYS[1], ARGV[3])
 redis.call('hset', KEYS[1], 'mode', 'read')
 redis.call('set', KEYS[3], 2, 'px', ARGV[5])
 return 2

@@ -85,6 +85,9 @@ class LockBase:
     _no_barging = False
     #: Whether a waiter that gives up must tell the server (the fair lock's queue).
     _leaves_queue = False
+    #: Whether waiters are shared: woken by every message, as what lets one in lets them
+    #: all in (readers), rather than only when the message's count reaches them.
+    _shared_waits = False
 
     def __init__(self, client: Client, name: str, *, owner: str | None = None) -> None:
         self._client = client
@@ -205,17 +208,18 @@ class LockBase:
         waiter = None
         if sub is not None:
             queue_behind = self._no_barging and sub.has_waiters()
-            waiter = sub.add_waiter()
+            waiter = sub.add_waiter(shared=self._shared_waits)
             if queue_behind:
                 # No barging: local waiters are handed the lock in turn as it is released,
-                # so a newcomer (often the task that just released it) waits its turn.
+                # so a newcomer (often the task that just released it) waits its turn. One
+                # ahead that leaves without the lock passes its turn on (remove_waiter).
                 call = _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline)
                 return await self._wait(call, sub, waiter, client._lease_left_ms(self._key))
         try:
             reply = await self._attempt(field, lease_ms, wait=wait)
         except BaseException:
             if sub is not None and waiter is not None:
-                sub.remove_waiter(waiter, leaving=True)
+                sub.remove_waiter(waiter, leaving=True, mid_attempt=True)
                 sub.release()
             raise
         if reply.acquired or (deadline is not None and loop.time() >= deadline):
@@ -250,9 +254,13 @@ class LockBase:
         try:
             if sub is None:
                 remaining = None if call.deadline is None else call.deadline - loop.time()
-                sub = await client._dispatcher.subscribe(
-                    self._channel(call.holder), self._wake_count, remaining
-                )
+                try:
+                    sub = await client._dispatcher.subscribe(
+                        self._channel(call.holder), self._wake_count, remaining
+                    )
+                except ResponseError as exc:
+                    # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
+                    raise self._script_error(exc) from exc
                 if sub is None:
                     await self._give_up(call.holder)
                     return False
@@ -286,11 +294,11 @@ class LockBase:
             if waiter is None:
                 # Register before the attempt: a release published while the script is in
                 # flight then wakes this very waiter, so it is never missed.
-                waiter = sub.add_waiter()
+                waiter = sub.add_waiter(shared=self._shared_waits)
                 try:
                     reply = await self._attempt(call.field, call.lease_ms, wait=call.wait)
                 except BaseException:
-                    sub.remove_waiter(waiter, leaving=True)
+                    sub.remove_waiter(waiter, leaving=True, mid_attempt=True)
                     raise
                 if reply.acquired:
                     sub.remove_waiter(waiter, leaving=False)
@@ -541,7 +549,9 @@ class LockBase:
 
     async def is_locked(self) -> bool:
         """Whether anyone holds the lock."""
-        return bool(await self._query("EXISTS", self._key))
+        # HLEN, not Redisson's EXISTS: the same answer for a lock (a hash exists while it
+        # has a field), and a WRONGTYPE error for a key of another type instead of True.
+        return bool(await self._query("HLEN", self._key))
 
     async def is_held_by_current_task(self) -> bool:
         """Whether the calling task (or this handle's owner) holds the lock, per Redis."""
@@ -556,8 +566,10 @@ class LockBase:
 
     async def remaining_lease(self) -> float | None:
         """Seconds left on the lease; None if the lock is absent or has no expiry."""
-        ms = int(await self._query("PTTL", self._key))
-        return None if ms < 0 else ms / 1000
+        # PTTL alone answers for a key of any type: HLEN in the same round trip fails with
+        # WRONGTYPE for one that is not a lock, where PTTL would report one without expiry.
+        _, ms = await self._query_all(("HLEN", self._key), ("PTTL", self._key))
+        return None if int(ms) < 0 else int(ms) / 1000
 
     async def _query(self, *args: str) -> Any:
         self._client._check_open()
@@ -565,6 +577,33 @@ class LockBase:
             return await self._client._runner.command(*args)
         except ResponseError as exc:
             raise self._script_error(exc) from exc
+
+    async def _query_all(self, *commands: tuple[str, ...]) -> list[Any]:
+        """Run plain commands in one round trip (a pipeline), as _query runs one."""
+        client = self._client
+        client._check_open()
+        options = client._options
+        attempt = 0
+        while True:
+            async with client._redis.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                try:
+                    replies: list[Any] = await pipe.execute(raise_on_error=False)
+                except (RedisConnectionError, RedisTimeoutError):
+                    # The same retry policy as every other call (ScriptRunner.command).
+                    attempt += 1
+                    if attempt > options.retry_attempts:
+                        raise
+                    await asyncio.sleep(options.retry_interval)
+                    continue
+            for reply in replies:
+                if isinstance(reply, ResponseError):
+                    error = self._script_error(reply)
+                    if error is reply:
+                        raise reply
+                    raise error from reply
+            return replies
 
     def statistics(self) -> LockStatistics:
         """What this client knows locally; call it from the task whose hold you ask about."""

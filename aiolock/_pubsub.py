@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._exceptions import ClientClosedError
@@ -37,6 +38,10 @@ log = logging.getLogger("aiolock")
 
 # How long aclose() waits for the reader to stop once its connection is closed.
 _CLOSE_WAIT = 2.0
+# Pauses between reconnect attempts: short after a connection that worked (a dropped one
+# is usually back at once), doubling up to the cap while attempts keep failing.
+_MIN_BACKOFF = 0.02
+_MAX_BACKOFF = 1.0
 
 #: How many exclusive local waiters a message wakes (``None``: all of them). Every message
 #: also wakes every shared waiter: what lets one of them in lets them all in.
@@ -73,13 +78,11 @@ class Waiter:
     the message's count reaches it.
     """
 
-    __slots__ = ("event", "seen", "shared", "woken_by_message")
+    __slots__ = ("event", "shared", "woken_by_message")
 
-    def __init__(self, *, shared: bool, seen: int) -> None:
+    def __init__(self, *, shared: bool) -> None:
         self.event = asyncio.Event()
         self.shared = shared
-        # The channel's count of shared wake-ups when this waiter registered.
-        self.seen = seen
         self.woken_by_message = False
 
     async def wait(self, limit: float | None) -> bool:
@@ -108,7 +111,6 @@ class _Channel:
         "name",
         "refs",
         "shared_waiters",
-        "shared_wakes",
         "waiters",
         "wake_count",
     )
@@ -121,7 +123,6 @@ class _Channel:
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
         self.shared_waiters = 0
-        self.shared_wakes = 0
         self.confirmed = asyncio.Event()
 
     def wake(self, count: int | None, *, shared: bool = True) -> int:
@@ -129,8 +130,6 @@ class _Channel:
 
         ``shared=False`` wakes exclusive waiters only. Returns how many exclusive ones woke.
         """
-        if shared:
-            self.shared_wakes += 1
         # Shared waiters may sit anywhere in the order: then the whole list is walked.
         walk_all = shared and self.shared_waiters > 0
         woken = 0
@@ -152,58 +151,49 @@ class _Channel:
 class Subscription:
     """A reference to one subscribed channel, held by one acquire call while it waits."""
 
-    __slots__ = ("_channel", "_dispatcher", "_shared")
+    __slots__ = ("_channel", "_dispatcher")
 
     def __init__(self, dispatcher: Dispatcher, channel: _Channel) -> None:
         self._dispatcher = dispatcher
         self._channel = channel
-        self._shared = False
 
-    def add_waiter(self) -> Waiter:
-        """Register a fresh waiter; messages from now on may wake it."""
+    def add_waiter(self, *, shared: bool = False) -> Waiter:
+        """Register a fresh waiter; messages from now on may wake it.
+
+        A ``shared`` waiter (a reader) is woken by every message, an exclusive one only
+        when the message's count reaches it.
+        """
         channel = self._channel
-        waiter = Waiter(shared=self._shared, seen=channel.shared_wakes)
+        waiter = Waiter(shared=shared)
         channel.waiters[waiter] = None
-        if self._shared:
+        if shared:
             channel.shared_waiters += 1
         if self._dispatcher.closed:
             waiter.event.set()
         return waiter
 
-    def share(self, waiter: Waiter | None) -> None:
-        """Make this subscription's waiters shared from now on, ``waiter`` included.
-
-        ``waiter`` was registered before its caller knew to ask for that, so it catches up:
-        if a shared wake-up came in the meantime, it is woken now as it would have been.
-        """
-        self._shared = True
-        channel = self._channel
-        if waiter is None or waiter.shared or waiter not in channel.waiters:
-            return
-        waiter.shared = True
-        channel.shared_waiters += 1
-        if waiter.seen != channel.shared_wakes and not waiter.event.is_set():
-            waiter.woken_by_message = True
-            waiter.event.set()
-
     def has_waiters(self) -> bool:
         """Whether other local waiters are registered on this channel."""
         return bool(self._channel.waiters)
 
-    def remove_waiter(self, waiter: Waiter, *, leaving: bool) -> None:
+    def remove_waiter(self, waiter: Waiter, *, leaving: bool, mid_attempt: bool = False) -> None:
         """Unregister ``waiter``.
 
-        A waiter ``leaving`` the wait (deadline, cancellation, error) passes on a wake-up it
-        received but will not use, so another local waiter retries in its place. A shared
-        waiter passes one on too: a writer that queued behind it without trying (no
-        barging) may otherwise hear nothing more although the lock is free.
+        A waiter ``leaving`` without the lock (deadline, cancellation, error) passes its
+        turn to try on to the oldest exclusive waiter not woken yet. Newcomers that queued
+        behind it without trying (no barging) count on that turn; if the lock is free, no
+        release message will ever come to wake them. It has a turn if a wake-up reached
+        it, or if it leaves ``mid_attempt``: its acquire script was never answered, and the
+        lock may be free. A waiter whose attempt lost to a holder and that nothing woke
+        since has none to pass on: that holder's release wakes a waiter still here.
+        Readers pass theirs to a writer too, since writers queue behind readers.
         """
         channel = self._channel
         if waiter in channel.waiters:
             del channel.waiters[waiter]
             if waiter.shared:
                 channel.shared_waiters -= 1
-        if leaving and waiter.woken_by_message:
+        if leaving and (mid_attempt or waiter.woken_by_message):
             channel.wake(1, shared=False)
 
     def release(self) -> None:
@@ -243,6 +233,11 @@ class Dispatcher:
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
         self.reconnects = 0
+        self._backoff = _MIN_BACKOFF
+        # The server's last refusal of a reader command (SUBSCRIBE denied by an ACL), until
+        # a connection works again; and how many refusals there were, to tell new ones.
+        self._refusal: ResponseError | None = None
+        self._refusals = 0
 
     # -- sync state changes -------------------------------------------------------------
 
@@ -340,6 +335,7 @@ class Dispatcher:
         if self.closed:
             raise ClientClosedError
         channel, is_new = self._acquire_channel(name, wake_count)
+        refusals = self._refusals
         try:
             if self._reader is None:
                 self._reader = self._spawn(self._run())
@@ -354,6 +350,12 @@ class Dispatcher:
         if self._closed_now():
             self.release(channel)
             raise ClientClosedError
+        refusal = self._refusal
+        if confirmed and not channel.confirmed.is_set() and self._refusals != refusals:
+            # Woken by a refusal (_refused), not a confirmation: waiting longer is futile.
+            assert refusal is not None
+            self.release(channel)
+            raise type(refusal)(f"{refusal} (aiolock: subscribing to {name!r})")
         if confirmed:
             return Subscription(self, channel)
         self.release(channel)
@@ -385,7 +387,6 @@ class Dispatcher:
             self._writing = False
 
     async def _run(self) -> None:
-        backoff = 0.02
         first = True
         while not self.closed:
             conn = self._redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
@@ -397,14 +398,22 @@ class Dispatcher:
                 self._conn = conn
                 if not first:
                     self.reconnects += 1
-                    log.info("aiolock: pub/sub reconnected; restoring %d channels", len(names))
+                    # Once per attempt: quiet while the server keeps refusing (_refused).
+                    log.log(
+                        logging.DEBUG if self._refusal else logging.INFO,
+                        "aiolock: pub/sub reconnected; restoring %d channels",
+                        len(names),
+                    )
                 first = False
                 if names:
                     for name in names:
                         self._sent.setdefault(name, deque()).append(True)
                     await conn.send_command("SUBSCRIBE", *names, check_health=False)
-                backoff = 0.02
                 await self._read(conn)
+            except ResponseError as exc:
+                # An answer, not a broken connection: the server refuses the command.
+                if not self.closed:
+                    self._refused(exc)
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if not self.closed:
                     log.warning("aiolock: pub/sub connection lost (%s); reconnecting", exc)
@@ -419,11 +428,37 @@ class Dispatcher:
                 with contextlib.suppress(Exception):
                     await conn.disconnect(nowait=True)
             if not self.closed:
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 1.0)
+                await asyncio.sleep(self._backoff)
+                self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+
+    def _refused(self, exc: ResponseError) -> None:
+        """The server refused a reader command: most likely SUBSCRIBE, denied by an ACL.
+
+        Each reconnect asks again (the ACL may be fixed), backing off; the refusal is
+        logged once per streak. Whoever waits in subscribe() fails now, rather than after
+        subscribe_timeout: a refusal will not turn into a confirmation.
+        """
+        if self._refusal is None:
+            log.warning(
+                "aiolock: the server refused a pub/sub command (%s); waiting for a lock "
+                "fails until it accepts (retrying every %g s at most)",
+                exc,
+                _MAX_BACKOFF,
+            )
+        else:
+            log.debug("aiolock: pub/sub command refused again (%s)", exc)
+        self._refusal = exc
+        self._refusals += 1
+        for channel in self._channels.values():
+            if not channel.confirmed.is_set():
+                # Set then clear at once: the waiters in subscribe() wake, and see the
+                # channel unconfirmed and a new refusal; join() never sees it confirmed.
+                channel.confirmed.set()
+                channel.confirmed.clear()
 
     async def _read(self, conn: AbstractConnection) -> None:
         pinged = False
+        proven = False
         while not self.closed:
             reply = await conn.read_response(
                 timeout=self._keepalive, disconnect_on_error=False, push_request=True
@@ -438,6 +473,14 @@ class Dispatcher:
                 continue
             pinged = False
             self._on_reply(reply)
+            if not proven:
+                # A first reply that is no refusal: the connection works. The next time it
+                # drops, reconnect quickly again.
+                proven = True
+                self._backoff = _MIN_BACKOFF
+                if self._refusal is not None:
+                    log.info("aiolock: the server accepts pub/sub commands again")
+                    self._refusal = None
 
     async def aclose(self) -> None:
         """Wake every waiter (they raise ClientClosedError) and close the connection."""

@@ -14,9 +14,8 @@ from ._pubsub import rwlock_wake_count
 from ._scripts import AcquireReply, as_int, load_script
 
 if TYPE_CHECKING:
-    from ._base import _Attempt
     from ._client import Client
-    from ._pubsub import Subscription, Waiter, WakeCount
+    from ._pubsub import WakeCount
     from ._scripts import Script
 
 __all__ = ("ReadLock", "ReadWriteLock", "WriteLock")
@@ -80,18 +79,12 @@ class ReadLock(_Side):
 
     __slots__ = ()
 
+    # Every wake-up reaches every waiting reader: when one reader can get in, they all can.
+    _shared_waits = True
+
     def _hold_kind(self, holder: str) -> tuple[str, str]:
         # The watchdog renews the hash and this holder's own per-hold timeout keys.
         return "read", rwlock_timeout_prefix(self._key, holder)
-
-    async def _wait_subscribed(
-        self, call: _Attempt, sub: Subscription, waiter: Waiter | None, ttl_ms: int
-    ) -> bool:
-        # Readers wait as shared waiters, which every wake-up reaches: when one reader can
-        # get in, they all can. A waiter registered before the first attempt catches up
-        # on a wake-up it got as an exclusive one.
-        sub.share(waiter)
-        return await super()._wait_subscribed(call, sub, waiter, ttl_ms)
 
     async def _try_once(
         self, field: str, lease_ms: int, target: int, tombstone: str, *, wait: float | None

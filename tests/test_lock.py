@@ -14,10 +14,11 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 import aiolock
-from aiolock._keys import unlock_latch_key
+from aiolock._keys import lock_channel, unlock_latch_key
+from aiolock._pubsub import lock_wake_count
 from aiolock._scripts import load_script
 
-from .helpers import wait_until
+from .helpers import Gate, gated_redis, wait_until
 
 LIMIT = 10.0
 ClientFactory = Callable[..., aiolock.Client]
@@ -438,3 +439,90 @@ async def test_repr(client: aiolock.Client, name: str) -> None:
         await wait_for_waiters(lock, 1)
         assert repr(lock) == f"<aiolock.Lock {name!r}, 1 waiting>"
         await lock.unlock()
+
+
+# -- local waiters in line (no barging) -------------------------------------------------
+
+# Well under the lease-bounded wait of a waiter nobody wakes (watchdog_timeout, 30 s).
+PROMPT = 5.0
+
+
+@pytest.fixture
+async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
+    """A client (default options) whose chosen script call can be held back."""
+    redis, gate = gated_redis(redis_url)
+    client = aiolock.Client(redis)
+    yield client, gate
+    await client.aclose()
+    await redis.aclose()
+
+
+async def test_waiter_cut_off_mid_attempt_hands_its_turn_on(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """A waiter cancelled before its attempt was answered wakes the one queued behind it.
+
+    The newcomer queued without trying (no barging), counting on that attempt; the lock
+    is free, so no release message will ever come to wake it.
+    """
+    client, gate = gated
+    # Subscribed with nobody waiting, as a hot lock's channel is for a moment after its
+    # last waiter left: the next acquire joins it and registers before its first attempt.
+    keep = await client._dispatcher.subscribe(lock_channel(name), lock_wake_count, None)
+    assert keep is not None
+    gate.arm("lock_acquire", before_send=True)
+    cut_off = asyncio.create_task(client.lock(name).lock())
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+
+    async def newcomer() -> None:
+        async with client.lock(name):
+            pass
+
+    queued = asyncio.create_task(newcomer())
+    await wait_for_waiters(client.lock(name), 1)
+    cut_off.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cut_off
+    async with asyncio.timeout(PROMPT):
+        await queued
+    keep.release()
+    assert await raw.exists(name) == 0
+
+
+async def test_waiter_past_its_deadline_hands_an_unused_wake_on(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """A try_lock whose deadline passes with a wake-up it did not use wakes the next one.
+
+    Its last attempt lost to the holder, whose release then woke it (the oldest local
+    waiter) rather than the newcomer queued behind it without trying.
+    """
+    client, gate = gated
+    holder = client.lock(name, owner="holder")
+    await holder.lock()
+    keep = await client._dispatcher.subscribe(lock_channel(name), lock_wake_count, None)
+    assert keep is not None
+    channel = client._dispatcher._channels[lock_channel(name)]
+    gate.arm("lock_acquire")
+    loop = asyncio.get_running_loop()
+    wait = 0.1
+    deadline = loop.time() + wait
+    late = asyncio.create_task(client.lock(name).try_lock(wait))
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+
+    async def newcomer() -> None:
+        async with client.lock(name):
+            pass
+
+    queued = asyncio.create_task(newcomer())
+    await wait_for_waiters(client.lock(name), 1)
+    await holder.unlock()
+    first = next(iter(channel.waiters))
+    await wait_until(first.event.is_set, what="the release woke the oldest waiter")
+    await wait_until(lambda: loop.time() > deadline, what="the try_lock deadline passed")
+    gate.release.set()
+    async with asyncio.timeout(PROMPT):
+        assert not await late
+        await queued
+    keep.release()
+    assert await raw.exists(name) == 0

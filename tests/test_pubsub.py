@@ -70,27 +70,40 @@ def test_unused_wake_is_passed_on_when_a_waiter_leaves() -> None:
     assert second.event.is_set()
 
 
-def _readers(dispatcher: Dispatcher, channel: _Channel) -> Subscription:
-    """A second reference to the channel whose waiters are shared (readers)."""
-    sub = Subscription(dispatcher, channel)
-    sub.share(None)
-    return sub
+def test_waiter_leaving_mid_attempt_passes_its_turn_on() -> None:
+    """A waiter whose attempt was cut off (cancelled, error) wakes the next one.
+
+    The lock may be free, and a newcomer that queued behind it without trying (no
+    barging) would hear no release message.
+    """
+    _, sub, _ = _subscription()
+    trying, queued = sub.add_waiter(), sub.add_waiter()
+    sub.remove_waiter(trying, leaving=True, mid_attempt=True)
+    assert queued.event.is_set()
+
+
+def test_waiter_leaving_after_a_lost_attempt_wakes_nobody() -> None:
+    """Unwoken after losing to a holder, a leaving waiter wakes nobody: the release will."""
+    _, sub, _ = _subscription()
+    lost, other = sub.add_waiter(), sub.add_waiter()
+    sub.remove_waiter(lost, leaving=True)
+    assert not other.event.is_set()
 
 
 def test_rwlock_messages_wake_every_reader_and_one_writer() -> None:
     """On a read-write lock channel "1" and "0" each wake all readers but one writer."""
     dispatcher, writers, channel = _subscription(rwlock_wake_count)
-    readers = _readers(dispatcher, channel)
+    readers = Subscription(dispatcher, channel)
     order = [
         writers.add_waiter(),
-        readers.add_waiter(),
+        readers.add_waiter(shared=True),
         writers.add_waiter(),
-        readers.add_waiter(),
+        readers.add_waiter(shared=True),
         writers.add_waiter(),
     ]
     dispatcher._on_reply(_message(b"1"))
     assert [w.event.is_set() for w in order] == [True, True, False, True, False]
-    later_reader = readers.add_waiter()
+    later_reader = readers.add_waiter(shared=True)
     dispatcher._on_reply(_message(b"0"))
     assert [w.event.is_set() for w in order] == [True, True, True, True, False]
     assert later_reader.event.is_set()
@@ -99,28 +112,10 @@ def test_rwlock_messages_wake_every_reader_and_one_writer() -> None:
 def test_local_downgrade_wake_reaches_readers_only() -> None:
     """wake(0), as after a downgrade, lets the readers retry and leaves writers parked."""
     dispatcher, writers, channel = _subscription(rwlock_wake_count)
-    writer, reader = writers.add_waiter(), _readers(dispatcher, channel).add_waiter()
+    writer, reader = writers.add_waiter(), Subscription(dispatcher, channel).add_waiter(shared=True)
     channel.wake(0)
     assert reader.event.is_set()
     assert not writer.event.is_set()
-
-
-def test_reader_registered_before_it_was_shared_catches_up() -> None:
-    """A waiter made shared after a wake-up that skipped it (as a writer) is woken then."""
-    dispatcher, sub, _ = _subscription(rwlock_wake_count)
-    writer = sub.add_waiter()
-    early, quiet = Subscription(dispatcher, sub._channel), Subscription(dispatcher, sub._channel)
-    caught_up, untouched = early.add_waiter(), quiet.add_waiter()
-    dispatcher._on_reply(_message(b"1"))
-    assert writer.event.is_set()
-    assert not caught_up.event.is_set()
-    early.share(caught_up)
-    assert caught_up.event.is_set()
-    # Shared from before the wake-up: nothing was missed, so nothing to catch up on.
-    third = Subscription(dispatcher, sub._channel).add_waiter()
-    Subscription(dispatcher, sub._channel).share(third)
-    assert not third.event.is_set()
-    assert not untouched.event.is_set()
 
 
 def test_writer_passes_its_wake_to_the_next_writer_not_to_readers() -> None:
@@ -128,7 +123,7 @@ def test_writer_passes_its_wake_to_the_next_writer_not_to_readers() -> None:
     dispatcher, writers, channel = _subscription(rwlock_wake_count)
     first, second = writers.add_waiter(), writers.add_waiter()
     dispatcher._on_reply(_message(b"1"))
-    reader = _readers(dispatcher, channel).add_waiter()
+    reader = Subscription(dispatcher, channel).add_waiter(shared=True)
     writers.remove_waiter(first, leaving=True)
     assert second.event.is_set()
     assert not reader.event.is_set()
@@ -141,8 +136,8 @@ def test_reader_giving_up_wakes_a_writer_queued_behind_it() -> None:
     lease-bounded timeout although the lock may be free.
     """
     dispatcher, writers, channel = _subscription(rwlock_wake_count)
-    readers = _readers(dispatcher, channel)
-    reader = readers.add_waiter()
+    readers = Subscription(dispatcher, channel)
+    reader = readers.add_waiter(shared=True)
     dispatcher._on_reply(_message(b"1"))
     queued = writers.add_waiter()
     readers.remove_waiter(reader, leaving=True)

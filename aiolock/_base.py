@@ -396,7 +396,9 @@ class LockBase:
             )
         # NOPERM replies (redis-py's NoPermissionError) and ACL refusals inside a script
         # (an ERR reply) both say "no permissions"; neither names the lock.
-        if "no permissions" in message.lower():
+        # Redis 7.0 words a refusal inside a script differently, without the command.
+        lowered = message.lower()
+        if "no permissions" in lowered or "can't run this command" in lowered:
             return LockError(
                 f"lock {self._name!r}: the server refused a command for lack of permission "
                 f"({message}); aiolock's ACL user needs EVALSHA, SCRIPT LOAD, PUBLISH and "

@@ -582,30 +582,15 @@ class LockBase:
 
     async def _query_all(self, *commands: tuple[str, ...]) -> list[Any]:
         """Run plain commands in one round trip (a pipeline), as _query runs one."""
-        client = self._client
-        client._check_open()
-        options = client._options
-        attempt = 0
-        while True:
-            async with client._redis.pipeline(transaction=False) as pipe:
-                for command in commands:
-                    pipe.execute_command(*command)
-                try:
-                    replies: list[Any] = await pipe.execute(raise_on_error=False)
-                except (RedisConnectionError, RedisTimeoutError):
-                    # The same retry policy as every other call (ScriptRunner.command).
-                    attempt += 1
-                    if attempt > options.retry_attempts:
-                        raise
-                    await asyncio.sleep(options.retry_interval)
-                    continue
-            for reply in replies:
-                if isinstance(reply, ResponseError):
-                    error = self._script_error(reply)
-                    if error is reply:
-                        raise reply
-                    raise error from reply
-            return replies
+        self._client._check_open()
+        replies = await self._client._runner.pipeline(*commands)
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                error = self._script_error(reply)
+                if error is reply:
+                    raise reply
+                raise error from reply
+        return replies
 
     def statistics(self) -> LockStatistics:
         """What this client knows locally; call it from the task whose hold you ask about."""

@@ -14,17 +14,20 @@ import hashlib
 import logging
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from redis.asyncio import Redis
 
 __all__ = ("AcquireReply", "Script", "ScriptRunner", "load_script")
 
+T = TypeVar("T")
 log = logging.getLogger("aiolock")
 
 
@@ -100,16 +103,7 @@ class ScriptRunner:
 
     async def run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
         """Run ``script`` with ``keys``/``args``, retrying transient connection errors."""
-        attempt = 0
-        while True:
-            try:
-                return await self._evalsha(script, keys, args)
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                attempt += 1
-                if attempt > self._retry_attempts:
-                    raise
-                log.debug("retrying %s after %r (attempt %d)", script.name, exc, attempt)
-                await asyncio.sleep(self._retry_interval)
+        return await self._retrying(lambda: self._evalsha(script, keys, args), script.name)
 
     async def _evalsha(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
         try:
@@ -122,12 +116,34 @@ class ScriptRunner:
 
     async def command(self, *args: str | int) -> Any:
         """Run one plain command with the same retry policy."""
+        return await self._retrying(
+            lambda: self._redis.execute_command(*args),  # type: ignore[no-untyped-call]
+            str(args[0]),
+        )
+
+    async def pipeline(self, *commands: tuple[str, ...]) -> list[Any]:
+        """Run plain commands in one round trip, with the same retry policy.
+
+        Error replies come back in the list (as exceptions), for the caller to judge.
+        """
+
+        async def send() -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for command in commands:
+                    pipe.execute_command(*command)
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+                return replies
+
+        return await self._retrying(send, "pipeline")
+
+    async def _retrying(self, call: Callable[[], Awaitable[T]], what: str) -> T:
         attempt = 0
         while True:
             try:
-                return await self._redis.execute_command(*args)  # type: ignore[no-untyped-call]
-            except (RedisConnectionError, RedisTimeoutError):
+                return await call()
+            except (RedisConnectionError, RedisTimeoutError) as exc:
                 attempt += 1
                 if attempt > self._retry_attempts:
                     raise
+                log.debug("retrying %s after %r (attempt %d)", what, exc, attempt)
                 await asyncio.sleep(self._retry_interval)

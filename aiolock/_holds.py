@@ -172,13 +172,18 @@ class HoldRegistry:
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         # A task cannot unlock after it ended: its holds would otherwise be renewed forever.
         for hold in self._by_task.pop(task, ()):
-            if self._holds.get((hold.key, hold.field)) is hold and hold.count:
+            if self._holds.get((hold.key, hold.field)) is not hold:
+                continue
+            # An unlock() cut off by a cancellation finishes in the background and settles
+            # the hold itself: the task let go of those holds, it did not end holding them.
+            kept = hold.count - hold.releasing
+            if kept > 0:
                 log.warning(
                     "aiolock: task %s ended while %s held lock %r (%d hold(s)); it is no "
                     "longer renewed and expires with its lease",
                     task.get_name(),
                     hold.holder,
                     hold.name,
-                    hold.count,
+                    kept,
                 )
                 self.drop(hold)

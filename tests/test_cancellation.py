@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 
 import pytest
@@ -224,3 +225,68 @@ async def test_rollback_of_a_cut_off_acquire_never_undoes_the_next_one(
     assert await raw.hgetall(name) == {f"{client.id}:worker": "1"}
     await lock.unlock()
     assert await _absent(raw, name)
+
+
+async def test_task_ending_with_its_unlock_in_flight_did_not_end_holding(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task whose unlock() is cancelled in flight and that then ends let go of the lock:
+    no "ended while holding" WARNING, and the release still lands (found by the fault
+    suite, where a run's last cancelled exit was reported as a task that ended holding)."""
+    client, gate = gated
+    lock = client.lock(name)
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with lock:
+            entered.set()
+            gate.arm("lock_release")
+            await asyncio.Event().wait()
+
+    caplog.set_level(logging.WARNING, logger="aiolock")
+    task = asyncio.create_task(body())
+    await entered.wait()
+    task.cancel()
+    await asyncio.wait_for(gate.sent.wait(), 5)
+    task.cancel()  # the exit's release is in flight: the task ends before its reply
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gate.release.set()
+    await wait_until(lambda: len(client._holds) == 0, what="bookkeeping cleared")
+    assert await _absent(raw, name)
+    assert [r.getMessage() for r in caplog.records if r.name == "aiolock"] == []
+
+
+async def test_task_ending_with_more_holds_than_unlocks_in_flight_is_reported(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task that held twice and ends with one unlock() in flight still ended holding one."""
+    client, gate = gated
+    lock = client.lock(name)
+    ready = asyncio.Event()
+
+    async def body() -> None:
+        await lock.lock()
+        await lock.lock()
+        gate.arm("lock_release")
+        ready.set()
+        await lock.unlock()
+
+    caplog.set_level(logging.WARNING, logger="aiolock")
+    task = asyncio.create_task(body())
+    await ready.wait()
+    await asyncio.wait_for(gate.sent.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    gate.release.set()
+    await wait_until(lambda: not client._unsettled, what="the release landed")
+    ended = [r.getMessage() for r in caplog.records if "ended while" in r.getMessage()]
+    assert len(ended) == 1
+    assert "(1 hold(s))" in ended[0]
+    assert len(client._holds) == 0
+    assert len(client._renewal) == 0
+    # One hold is left on the server, unrenewed: it expires with its lease.
+    assert await raw.hvals(name) == ["1"]
+    assert 0 < await raw.pttl(name) <= client._lease_ms
+    await raw.delete(name)

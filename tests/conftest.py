@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -38,10 +39,14 @@ _TRANSIENT_PREFIXES = ("aiolock_acquire_cancel:",)
 def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
     """One real server for the whole run (REDIS_URL, Docker, PATH or embedded Valkey)."""
     with redis_server(announce=False) as handle:
-        # Uncaptured, so every CI log says which server the run was against.
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        # Past output capture (active while fixtures set up), so every CI log says which
+        # server the run was against.
+        plugins = request.config.pluginmanager
+        reporter = plugins.get_plugin("terminalreporter")
+        capture = plugins.get_plugin("capturemanager")
         if reporter is not None:
-            reporter.write_line(f"aiolock tests: using {handle}")
+            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+                reporter.write_line(f"aiolock tests: using {handle}")
         yield handle
 
 

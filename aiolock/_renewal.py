@@ -113,7 +113,12 @@ class RenewalService:
             self._task = None
 
     async def renew_once(self) -> bool:
-        """Renew every tracked hold now, one script call per batch per kind; False on error."""
+        """Renew every tracked hold now, one script call per batch per kind; False on error.
+
+        The calls of one kind go out in one round trip: sent one by one, each would wait
+        for a free connection behind whatever burst of lock calls is queued, and a round
+        stretched that way past the lease loses locks that are still held.
+        """
         all_sent = True
         self.rounds += 1
         calls_before = self.calls
@@ -122,22 +127,30 @@ class RenewalService:
             by_kind.setdefault(hold.kind, []).append(hold)
         for kind, holds in by_kind.items():
             script, keys_of = _KINDS[kind]()
-            for start in range(0, len(holds), self._batch_size):
-                batch = holds[start : start + self._batch_size]
-                args: list[str | int] = [self._lease_ms, *(hold.field for hold in batch)]
-                self.calls += 1
-                try:
-                    renewed = await self._runner.run(script, keys_of(batch), args)
-                except (RedisError, OSError) as exc:
+            batches = [
+                holds[start : start + self._batch_size]
+                for start in range(0, len(holds), self._batch_size)
+            ]
+            calls: list[tuple[list[str], list[str | int]]] = [
+                (keys_of(batch), [self._lease_ms, *(hold.field for hold in batch)])
+                for batch in batches
+            ]
+            self.calls += len(calls)
+            try:
+                replies = await self._runner.run_batch(script, calls)
+            except (RedisError, OSError) as exc:
+                replies = [exc] * len(calls)
+            for batch, reply in zip(batches, replies, strict=True):
+                if isinstance(reply, BaseException):
                     log.warning(
                         "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
                         len(batch),
-                        exc,
+                        reply,
                         self._interval / 4,
                     )
                     all_sent = False
                     continue
-                for hold, held in zip(batch, renewed, strict=True):
+                for hold, held in zip(batch, reply, strict=True):
                     # An unlock in flight may already have deleted the key: not a loss.
                     if not int(held) and hold in self._holds and not hold.releasing:
                         self._on_lost(hold, "the watchdog found its hold gone")

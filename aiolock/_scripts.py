@@ -114,6 +114,37 @@ class ScriptRunner:
             await self._redis.script_load(script.text)
             return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
 
+    async def run_batch(
+        self, script: Script, calls: list[tuple[list[str], list[str | int]]]
+    ) -> list[Any]:
+        """Run ``script`` once per ``(keys, args)`` in ``calls``, all in one round trip.
+
+        One connection checkout for the lot, so a background job (the watchdog) does not
+        queue behind a burst of lock calls once per script call. Returns one entry per
+        call: its reply, or the error reply as an exception, for the caller to judge.
+        Transient connection errors resend the whole batch: only for idempotent scripts.
+        """
+
+        async def send(indexes: list[int]) -> list[Any]:
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for index in indexes:
+                    keys, args = calls[index]
+                    pipe.evalsha(script.sha, len(keys), *keys, *args)
+                replies: list[Any] = await pipe.execute(raise_on_error=False)
+                return replies
+
+        async def send_all() -> list[Any]:
+            replies = await send(list(range(len(calls))))
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:
+                # As in run(): the server lost its script cache; load once, resend those.
+                await self._redis.script_load(script.text)
+                for index, reply in zip(missing, await send(missing), strict=True):
+                    replies[index] = reply
+            return replies
+
+        return await self._retrying(send_all, script.name)
+
     async def command(self, *args: str | int) -> Any:
         """Run one plain command with the same retry policy."""
         return await self._retrying(

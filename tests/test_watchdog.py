@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
+from aiolock._pool import BoundedPool
 from aiolock._renewal import BATCH_SIZE
 
 from .conftest import ClientFactory
@@ -116,6 +117,43 @@ async def test_renewal_is_batched(make_client: ClientFactory, raw: Redis, uid: s
         await lock.unlock()
 
 
+async def test_renewal_round_waits_for_one_connection_not_one_per_batch(
+    redis_url: str, uid: str
+) -> None:
+    """A round's batches go out in one round trip: under a burst of lock calls queued for
+    the pool, the watchdog waits its turn once, not once per 100 locks (found by the fault
+    suite, where a round of 100 calls queued 100 times and leases ran out while held)."""
+    checkouts = 0
+
+    class CountingPool(BoundedPool):
+        async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+            nonlocal checkouts
+            checkouts += 1
+            return await super().get_connection(*args, **kwargs)
+
+    redis = Redis.from_pool(CountingPool.from_url(redis_url, max_connections=4, timeout=5.0))
+    client = aiolock.Client(redis, watchdog_timeout=3600)
+    names = [f"test:{uid}:{i}" for i in range(250)]
+    try:
+        for name in names:
+            await client.lock(name, owner="bulk").lock()
+        await redis.script_flush()  # and the NOSCRIPT fallback resends the batch
+        checkouts, before = 0, client._renewal.calls
+        assert await client._renewal.renew_once()
+        assert client._renewal.calls - before == 3
+        assert checkouts == 3  # the batch, SCRIPT LOAD, the batch again
+        await redis.pexpire(names[-1], 60_000)
+        checkouts = 0
+        assert await client._renewal.renew_once()
+        assert checkouts == 1
+        assert await redis.pttl(names[-1]) > 60_000
+    finally:
+        for name in names:
+            await client.lock(name, owner="bulk").unlock()
+        await client.aclose()
+        await redis.aclose()
+
+
 async def test_one_broken_key_does_not_stop_its_batch(
     make_client: ClientFactory, raw: Redis, uid: str
 ) -> None:
@@ -141,16 +179,16 @@ async def test_renewal_error_is_logged_and_retried(
 ) -> None:
     """A renewal that fails is logged; the next period renews again and the lock survives."""
     client = make_client(watchdog_timeout=0.3, retry_attempts=0)
-    real_run = client._runner.run
+    real_run_batch = client._runner.run_batch
     failures = 0
 
     class FlakyRunner:
-        async def run(self, script: Any, keys: list[str], args: list[str | int]) -> Any:
+        async def run_batch(self, script: Any, calls: list[Any]) -> list[Any]:
             nonlocal failures
             if failures < 2:
                 failures += 1
                 raise RedisConnectionError("injected renewal failure")
-            return await real_run(script, keys, args)
+            return await real_run_batch(script, calls)
 
     # The renewal service's own view of the server fails twice, nothing else does.
     client._renewal._runner = FlakyRunner()  # type: ignore[assignment]

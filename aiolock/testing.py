@@ -334,8 +334,10 @@ def _required_source() -> Literal["path", "embedded"] | None:
     value = os.environ.get("AIOLOCK_TEST_SERVER", "")
     if value == "":
         return None
-    if value in {"path", "embedded"}:
-        return "path" if value == "path" else "embedded"
+    if value == "path":
+        return "path"
+    if value == "embedded":
+        return "embedded"
     raise ValueError(f"AIOLOCK_TEST_SERVER must be 'path' or 'embedded' (or unset), not {value!r}")
 
 

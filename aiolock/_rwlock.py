@@ -10,6 +10,7 @@ from ._base import LockBase
 from ._config import check_name, check_owner
 from ._exceptions import LockUpgradeError
 from ._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
+from ._lock import ExclusiveLockBase
 from ._pubsub import rwlock_wake_count
 from ._scripts import AcquireReply, as_int, load_script
 
@@ -37,6 +38,9 @@ class _Side(LockBase):
     """What the two views share: the hash, the channel and the name's timeout-key prefix."""
 
     __slots__ = ("_chan", "_tag")
+
+    _chan: str
+    _tag: str
 
     # Read and write waiters share the channel. Whatever Redisson publishes on it ("0" or
     # "1"), this client wakes every local reader but only one local writer: the lock is
@@ -131,7 +135,7 @@ class ReadLock(_Side):
         return await super().force_unlock()
 
 
-class WriteLock(_Side):
+class WriteLock(_Side, ExclusiveLockBase):
     """The exclusive side of a read-write lock: ``rw.write_lock()``.
 
     One holder at a time, and no reader but the writer itself; re-entrant (each re-entry
@@ -145,6 +149,10 @@ class WriteLock(_Side):
     # A write unlock wakes one local writer: without this the releasing task, trying at
     # once, would re-take the lock before that writer could.
     _no_barging = True
+    _acquire_script = "rw_write_acquire"
+    _rollback_script = "rw_write_rollback"
+    _release_script = "rw_write_release"
+    _unlock_message = _WRITE_UNLOCK
 
     def _field(self, holder: str) -> str:
         return write_holder(holder)
@@ -160,38 +168,9 @@ class WriteLock(_Side):
         if write is None or not write.count:
             raise LockUpgradeError(self._name, holder)
 
-    async def _try_once(
-        self, field: str, lease_ms: int, target: int, tombstone: str, *, wait: float | None
-    ) -> AcquireReply:
-        raw = await self._run(
-            load_script("rw_write_acquire"), [self._key, tombstone], [lease_ms, field, target]
-        )
-        return AcquireReply.decode(raw)
-
-    async def _rollback(self, field: str, target: int, tombstone: str) -> None:
-        client = self._client
-        hold = client._holds.get(self._key, field)
-        await self._run(
-            load_script("rw_write_rollback"),
-            [self._key, self._chan, tombstone],
-            [
-                field,
-                target,
-                hold.reapply_ms(client._lease_ms) if hold else client._lease_ms,
-                client._publish,
-                client._latch_ttl_ms,
-            ],
-        )
-
     async def _release_once(self, field: str, reapply_ms: int, latch: str) -> int | None:
         client = self._client
-        raw = as_int(
-            await self._run(
-                load_script("rw_write_release"),
-                [self._key, self._chan, latch],
-                [_WRITE_UNLOCK, reapply_ms, field, client._publish, client._latch_ttl_ms],
-            )
-        )
+        raw = await super()._release_once(field, reapply_ms, latch)
         if raw == _DOWNGRADED:
             # Redisson publishes nothing here, and neither does aiolock (the wire must
             # match). This client's own readers need no message: wake them directly, so

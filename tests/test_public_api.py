@@ -25,11 +25,13 @@ def shipped_lua() -> list[Traversable]:
 
 
 def referenced_scripts() -> set[str]:
-    """Names of the scripts the installed package's code loads with load_script("...")."""
+    """Names of the scripts the installed package's code loads: ``load_script("...")``, or
+    named by a lock class's ``_<step>_script = "..."`` attribute."""
     names: set[str] = set()
+    pattern = r"(?:load_script\(\s*|_\w+_script = )\"(\w+)\""
     for module in PACKAGE.iterdir():
         if module.name.endswith(".py"):
-            names.update(re.findall(r"load_script\(\s*\"(\w+)\"\s*\)", module.read_text("utf-8")))
+            names.update(re.findall(pattern, module.read_text("utf-8")))
     return names
 
 

@@ -244,6 +244,11 @@ async def test_server_restarted_without_persistence(
     report(result)
     assert not result.problems(lost_allowed=True)
     assert probes == ["lost"] * 4
+    # The crashes wiped workers' holds and their holders were told: the scenario proved
+    # something. (Critical sections last about a millisecond, so a logged hold spanning a
+    # crash by more than the margin below is too rare a sight to require one per run.)
+    told = result.total("lost") + result.total("unlock-error")
+    assert told, "no worker was told of a hold the crashes wiped: the scenario proved nothing"
     # A hold taken before a crash and released after it (5 ms margin for the SIGKILL to
     # land) was wiped by it: its holder must have been told, never a successful unlock.
     wiped = [
@@ -251,7 +256,6 @@ async def test_server_restarted_without_persistence(
         for hold in result.holds
         if any(hold.start < at and hold.end > at + 0.005 for at in crashes)
     ]
-    assert wiped, "no worker held a lock across a crash: the scenario proved nothing"
     assert {hold.outcome for hold in wiped} <= {"lost", "unlock-error"}
 
 

@@ -91,3 +91,22 @@ def gated_redis(url: str) -> tuple[Redis, Gate]:
     connection_class = type("GatedConnection", (_GatedConnection,), {"gate": gate})
     redis = Redis.from_url(url, connection_class=connection_class)
     return redis, gate
+
+
+def _settling(client: Any) -> set[Any]:
+    """The client's background completions still running (rollbacks, releases, leaves).
+
+    The long-lived background tasks (renewal, pub/sub reader, latch sweeper) do not count.
+    """
+    lasting = {client._renewal._task, client._dispatcher._reader, client._latches._task}
+    return {task for task in client._background if task not in lasting}
+
+
+async def quiesce(client: Any, *, limit: float = 30.0) -> None:
+    """Wait until every background completion of ``client`` has finished.
+
+    A cancelled or cut-off call finishes its work (undo an acquire, complete a release,
+    leave a fair queue) in the background; checks of Redis state against the client's
+    belief are made once that work is done.
+    """
+    await wait_until(lambda: not _settling(client), limit=limit, what="background work settled")

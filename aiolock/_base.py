@@ -19,9 +19,17 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._config import check_name, check_owner, lease_seconds, wait_seconds
-from ._exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeoutError
+from ._cancel import cancel_mark, cancelled_since
+from ._config import TimeArg, check_name, check_owner, lease_seconds, wait_seconds
+from ._exceptions import (
+    ClientClosedError,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockTimeoutError,
+)
 from ._keys import prefixed, unlock_latch_key
+from ._ordering import in_turn
 from ._pubsub import lock_wake_count
 
 if TYPE_CHECKING:
@@ -29,6 +37,7 @@ if TYPE_CHECKING:
 
     from ._client import Client
     from ._holds import Hold
+    from ._ordering import Ticket
     from ._pubsub import Subscription, Waiter, WakeCount
     from ._scripts import AcquireReply, Script
 
@@ -56,6 +65,8 @@ class _Attempt:
     won_lease: int | None  # the lease recorded for the hold: None means the watchdog
     wait: float | None
     deadline: float | None
+    # The task's count of cancel requests when the call started (see _cancel.py).
+    mark: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,16 +163,16 @@ class LockBase:
 
     # -- acquiring ------------------------------------------------------------------------
 
-    async def lock(self, lease: float | None = None) -> None:
+    async def lock(self, lease: TimeArg = None) -> None:
         """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
         await self._acquire(None, lease_seconds(lease))
 
-    async def try_lock(self, wait: float | None = 0, lease: float | None = None) -> bool:
+    async def try_lock(self, wait: TimeArg = 0, lease: TimeArg = None) -> bool:
         """Try for up to ``wait`` seconds (0: one attempt, None: forever); True if acquired."""
         return await self._acquire(wait_seconds(wait), lease_seconds(lease))
 
     def acquired(
-        self, wait: float | None = None, lease: float | None = None
+        self, wait: TimeArg = None, lease: TimeArg = None
     ) -> contextlib.AbstractAsyncContextManager[Self]:
         """``async with lock.acquired(wait=5):`` raises LockTimeoutError after ``wait``."""
         return self._acquired(wait_seconds(wait), lease_seconds(lease))
@@ -193,6 +204,15 @@ class LockBase:
     async def _acquire(self, wait: float | None, lease: float | None) -> bool:
         client = self._client
         client._check_open()
+        client._call_started()
+        try:
+            return await self._acquire_call(wait, lease)
+        finally:
+            client._call_ended()
+
+    async def _acquire_call(self, wait: float | None, lease: float | None) -> bool:
+        mark = cancel_mark()
+        client = self._client
         holder, task = self._holder()
         self._check_acquire(holder)
         field = self._field(holder)
@@ -200,6 +220,7 @@ class LockBase:
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         won_lease = None if lease is None else lease_ms
+        call = _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline, mark)
 
         # Others of this client already wait on this lock: join their subscription and
         # register before the first attempt, so no second attempt is needed to close the
@@ -207,16 +228,17 @@ class LockBase:
         sub = None if wait == 0 else client._dispatcher.join(self._channel(holder))
         waiter = None
         if sub is not None:
-            queue_behind = self._no_barging and sub.has_waiters()
+            # No barging: local waiters are handed the lock in turn as it is released, so
+            # a newcomer (often the task that just released it) waits its turn. One ahead
+            # that leaves without the lock passes its turn on (remove_waiter). The holder
+            # itself re-enters at once: it is not competing for a lock it has.
+            holding = client._holds.holding(self._key, field)
+            queue_behind = self._no_barging and sub.has_waiters() and not holding
             waiter = sub.add_waiter(shared=self._shared_waits)
             if queue_behind:
-                # No barging: local waiters are handed the lock in turn as it is released,
-                # so a newcomer (often the task that just released it) waits its turn. One
-                # ahead that leaves without the lock passes its turn on (remove_waiter).
-                call = _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline)
                 return await self._wait(call, sub, waiter, client._lease_left_ms(self._key))
         try:
-            reply = await self._attempt(field, lease_ms, wait=wait)
+            reply = await self._attempt(call)
         except BaseException:
             if sub is not None and waiter is not None:
                 sub.remove_waiter(waiter, leaving=True, mid_attempt=True)
@@ -227,16 +249,10 @@ class LockBase:
                 sub.remove_waiter(waiter, leaving=not reply.acquired)
                 sub.release()
             if reply.acquired:
-                self._won(holder, task, field, reply.count, won_lease)
                 return True
-            await self._give_up(holder)
+            await self._give_up(call)
             return False
-        return await self._wait(
-            _Attempt(holder, task, field, lease_ms, won_lease, wait, deadline),
-            sub,
-            waiter,
-            reply.ttl_ms,
-        )
+        return await self._wait(call, sub, waiter, reply.ttl_ms)
 
     async def _wait(
         self,
@@ -249,6 +265,8 @@ class LockBase:
         loop = asyncio.get_running_loop()
         waiting = client._waiting
         waiting[self._key] = waiting.get(self._key, 0) + 1
+        line = (self._key, call.field)
+        client._waiting_holders[line] = client._waiting_holders.get(line, 0) + 1
         if ttl_ms >= 0:
             client._lease_until[self._key] = loop.time() + ttl_ms / 1000
         try:
@@ -262,7 +280,7 @@ class LockBase:
                     # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
                     raise self._script_error(exc) from exc
                 if sub is None:
-                    await self._give_up(call.holder)
+                    await self._give_up(call)
                     return False
                 waiter = None  # subscribed only now: attempt again before waiting
             try:
@@ -270,8 +288,12 @@ class LockBase:
             finally:
                 sub.release()
         except BaseException:
-            if self._leaves_queue:
-                client._spawn(self._leave_queue(call.holder))
+            if self._leaves_queue and client._waiting_holders[line] == 1:
+                # The queue exit takes its place in the holder's line now, so the holder's
+                # next call (a new wait, say) cannot overtake it and be removed by it.
+                client._complete_in_background(
+                    client._order.join(line), self._leave_queue(call.holder)
+                )
             raise
         finally:
             count = waiting[self._key] - 1
@@ -280,6 +302,11 @@ class LockBase:
             else:
                 del waiting[self._key]
                 client._lease_until.pop(self._key, None)
+            held = client._waiting_holders[line] - 1
+            if held:
+                client._waiting_holders[line] = held
+            else:
+                del client._waiting_holders[line]
 
     async def _wait_subscribed(
         self,
@@ -296,13 +323,12 @@ class LockBase:
                 # flight then wakes this very waiter, so it is never missed.
                 waiter = sub.add_waiter(shared=self._shared_waits)
                 try:
-                    reply = await self._attempt(call.field, call.lease_ms, wait=call.wait)
+                    reply = await self._attempt(call)
                 except BaseException:
                     sub.remove_waiter(waiter, leaving=True, mid_attempt=True)
                     raise
                 if reply.acquired:
                     sub.remove_waiter(waiter, leaving=False)
-                    self._won(call.holder, call.task, call.field, reply.count, call.won_lease)
                     return True
                 ttl_ms = reply.ttl_ms
                 if ttl_ms >= 0:
@@ -313,7 +339,7 @@ class LockBase:
                 remaining = call.deadline - loop.time()
                 if remaining <= 0:
                     sub.remove_waiter(waiter, leaving=True)
-                    await self._give_up(call.holder)
+                    await self._give_up(call)
                     return False
                 bound = min(bound, remaining)
             try:
@@ -326,60 +352,85 @@ class LockBase:
             sub.remove_waiter(waiter, leaving=False)
             waiter = None
 
-    async def _give_up(self, holder: str) -> None:
-        if self._leaves_queue:
-            await self._client._shielded(self._leave_queue(holder))
-
-    async def _attempt(self, field: str, lease_ms: int, *, wait: float | None) -> AcquireReply:
+    async def _give_up(self, call: _Attempt) -> None:
+        """The call's wait ran out: leave the queue if it has one, then return False."""
         client = self._client
-        # A rollback or release of this holder's earlier call may still be on its way in
-        # the background: it must land first. This attempt's target count depends on its
-        # outcome, and a rollback landing after this attempt would undo this hold.
-        await client._settled(self._key, field)
-        hold = client._holds.get(self._key, field)
+        if self._leaves_queue and not client._waiting_holders.get((self._key, call.field), 0) > 1:
+            ticket = client._order.join((self._key, call.field))
+            await client._shielded(in_turn(ticket, self._leave_queue(call.holder)))
+        if cancelled_since(call.mark):
+            raise asyncio.CancelledError
+
+    async def _attempt(self, call: _Attempt) -> AcquireReply:
+        """Run the acquire script once, in the holder's turn, and record a hold it took."""
+        client = self._client
+        ticket = client._order.join((self._key, call.field))
+        try:
+            # An earlier call of this holder (a rollback or release finishing in the
+            # background, another task's call with the same owner=) must land first: this
+            # attempt's target count depends on its outcome.
+            await ticket.wait()
+            client._check_open()
+        except BaseException:
+            ticket.release()
+            raise
+        hold = client._holds.get(self._key, call.field)
         # The count this holder has once the attempt succeeds: a resend that finds it
         # already there does not count twice, and a rollback undoes exactly this attempt.
         target = (hold.count if hold else 0) + 1
         tombstone = f"{prefixed('aiolock_acquire_cancel', self._key)}:{client._next_call()}"
         try:
-            return await self._try_once(field, lease_ms, target, tombstone, wait=wait)
+            reply = await self._try_once(
+                call.field, call.lease_ms, target, tombstone, wait=call.wait
+            )
         except ResponseError as exc:
             # The script failed before it changed anything: nothing to roll back.
+            ticket.release()
             raise self._script_error(exc) from exc
         except _REFUSED:
+            ticket.release()
             raise
         except BaseException:
             # Cancelled (or cut off) with the script in flight: it may have taken a hold
-            # that nobody will ever release. Give it back, shielded, in the background;
-            # were the server unreachable until the lease ends, that hold ends with it.
-            client._settle_later(
-                self._key,
-                field,
-                self._until_answered(
-                    f"undo a cut-off acquire of lock {self._name!r}",
-                    lambda: self._rollback(field, target, tombstone),
-                    lease_ms,
-                ),
-            )
+            # that nobody will ever release. Give it back in the background, in this
+            # holder's turn; were the server unreachable until the lease ends, that hold
+            # ends with it.
+            self._undo_later(ticket, call, target, tombstone)
             raise
+        if reply.acquired:
+            closed = client.closed
+            if closed or cancelled_since(call.mark):
+                # Taken, but the caller was cancelled meanwhile (a cancel swallowed below
+                # aiolock) or the client closed: give the hold back, never return it.
+                self._undo_later(ticket, call, reply.count, tombstone)
+                if closed:
+                    raise ClientClosedError
+                raise asyncio.CancelledError
+            self._won(call, reply.count)
+        ticket.release()
+        return reply
 
-    def _won(
-        self,
-        holder: str,
-        task: asyncio.Task[Any] | None,
-        field: str,
-        count: int,
-        lease_ms: int | None,
-    ) -> None:
-        kind, extra = self._hold_kind(holder)
+    def _undo_later(self, ticket: Ticket, call: _Attempt, target: int, tombstone: str) -> None:
+        client = self._client
+        client._complete_in_background(
+            ticket,
+            self._until_answered(
+                f"undo a cut-off acquire of lock {self._name!r}",
+                lambda: self._rollback(call.field, target, tombstone),
+                call.lease_ms,
+            ),
+        )
+
+    def _won(self, call: _Attempt, count: int) -> None:
+        kind, extra = self._hold_kind(call.holder)
         self._client._holds.acquired(
             key=self._key,
-            field=field,
+            field=call.field,
             name=self._name,
-            holder=holder,
-            task=task,
+            holder=call.holder,
+            task=call.task,
             count=count,
-            lease_ms=lease_ms,
+            lease_ms=call.won_lease,
             kind=kind,
             extra=extra,
         )
@@ -412,11 +463,28 @@ class LockBase:
         """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
         client = self._client
         client._check_open()
+        client._call_started()
+        try:
+            await self._unlock_call()
+        finally:
+            client._call_ended()
+
+    async def _unlock_call(self) -> None:
+        mark = cancel_mark()
+        client = self._client
         holder, _ = self._holder()
         field = self._field(holder)
-        # An earlier release of this holder cut off by a cancellation must be settled
-        # first, or this call would decide on stale bookkeeping.
-        await client._settled(self._key, field)
+        ticket = client._order.join((self._key, field))
+        try:
+            # An earlier call of this holder (a cut-off release finishing in the
+            # background, another task's call with the same owner=) lands first, or this
+            # call would decide on stale bookkeeping.
+            await ticket.wait()
+        except BaseException:
+            # Cancelled while waiting its turn: the release was asked for, so it is made,
+            # in the background once the turn comes (async with must never exit holding).
+            client._complete_in_background(ticket, self._release_later(holder, field))
+            raise
         hold = client._holds.get(self._key, field)
         # One latch per unlock call: every resend of this call replays the first result.
         latch = unlock_latch_key(self._key, secrets.token_hex(16))
@@ -429,6 +497,7 @@ class LockBase:
         except _REFUSED:
             if hold is not None:
                 hold.releasing -= 1
+            ticket.release()
             raise
         except (asyncio.CancelledError, *_UNANSWERED) as exc:
             if hold is not None and not isinstance(exc, asyncio.CancelledError):
@@ -440,19 +509,36 @@ class LockBase:
             # with the same latch never releases twice), so the bookkeeping follows the
             # server's answer and no hold is left held, and renewed, that nobody tracks.
             # The caller still sees its error (the contract leaves connection errors be).
-            client._settle_later(
-                self._key, field, self._finish_unlock(holder, field, hold, reapply, latch)
+            client._complete_in_background(
+                ticket, self._finish_unlock(holder, field, hold, reapply, latch)
             )
             raise
         except BaseException as exc:
             if hold is not None:
                 hold.releasing -= 1
+            ticket.release()
             if isinstance(exc, ResponseError):
                 raise self._script_error(exc) from exc
             raise
         if hold is not None:
             hold.releasing -= 1
-        self._settle_unlock(holder, hold, latch, result)
+        try:
+            self._settle_unlock(holder, field, hold, latch, result)
+        finally:
+            ticket.release()
+        if cancelled_since(mark):
+            # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
+            raise asyncio.CancelledError
+
+    async def _release_later(self, holder: str, field: str) -> None:
+        """An unlock() cancelled before its turn: release in the background when it comes."""
+        client = self._client
+        hold = client._holds.get(self._key, field)
+        latch = unlock_latch_key(self._key, secrets.token_hex(16))
+        reapply = hold.reapply_ms(client._lease_ms) if hold else client._lease_ms
+        if hold is not None:
+            hold.releasing += 1
+        await self._finish_unlock(holder, field, hold, reapply, latch)
 
     async def _finish_unlock(
         self, holder: str, field: str, hold: Hold | None, reapply: int, latch: str
@@ -479,7 +565,7 @@ class LockBase:
             if hold is not None:
                 client._holds.drop(hold)
             return
-        self._settle_unlock(holder, hold, latch, answered[0])
+        self._settle_unlock(holder, field, hold, latch, answered[0])
 
     async def _until_answered(
         self,
@@ -492,11 +578,12 @@ class LockBase:
         """Resend an idempotent ``call`` until the server answers, as a 1-tuple.
 
         None once ``give_up_ms`` have passed without an answer (a lease that long has run
-        out by then) or once the client closed.
+        out by then), once the client's resend window is over (every latch and tombstone
+        outlives it, so no resend can count twice) or once the client closed.
         """
         client = self._client
         loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + give_up_ms / 1000
+        give_up_at = loop.time() + min(give_up_ms, client._resend_window_ms) / 1000
         while True:
             try:
                 return (await call(),)
@@ -517,7 +604,7 @@ class LockBase:
                 await asyncio.sleep(client._options.retry_interval)
 
     def _settle_unlock(
-        self, holder: str, hold: Hold | None, latch: str, result: int | None
+        self, holder: str, field: str, hold: Hold | None, latch: str, result: int | None
     ) -> None:
         client = self._client
         if result is None:
@@ -529,13 +616,30 @@ class LockBase:
                     client._lease_lost(hold, f"{why}; found by unlock()")
                 client._holds.drop(hold)
                 raise LockLostError(self._name, holder, why)
-            raise LockNotOwnedError(self._name, holder)
+            raise LockNotOwnedError(self._name, holder, self._held_by_sibling(holder))
         client._latches.add(latch)
         if hold is not None:
+            lost = hold.lost
             client._holds.released(hold, fully=result == 1)
+            if lost is not None:
+                # The server still had the holder's entry (a read hold whose own timeout
+                # key ran out), but the watchdog had found the hold dead: say so.
+                raise LockLostError(self._name, holder, lost)
+
+    def _held_by_sibling(self, holder: str) -> str:
+        """Why a non-holder's unlock fails, when another task of this client holds it."""
+        for hold in self._client._holds.on_key(self._key):
+            if hold.holder != holder and hold.count and hold.task is not None:
+                return (
+                    f"it is held by another task of this client ({hold.task.get_name()}): "
+                    "a lock belongs to the task that acquired it (a child task of gather() "
+                    "or shield() is another task); use owner= to hand a lock over"
+                )
+        return ""
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
+        mark = cancel_mark()
         self._client._check_open()
         try:
             deleted = await self._force_once()
@@ -545,6 +649,8 @@ class LockBase:
             # Only what was deleted is lost (a read-write lock's force_unlock() of the other
             # mode deletes nothing, and this client's holds on it stay valid).
             self._client._holds.mark_key_lost(self._key, "force_unlock() deleted it")
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
         return deleted
 
     # -- queries --------------------------------------------------------------------------
@@ -574,16 +680,23 @@ class LockBase:
         return None if int(ms) < 0 else int(ms) / 1000
 
     async def _query(self, *args: str) -> Any:
+        mark = cancel_mark()
         self._client._check_open()
         try:
-            return await self._client._runner.command(*args)
+            reply = await self._client._runner.command(*args)
         except ResponseError as exc:
             raise self._script_error(exc) from exc
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        return reply
 
     async def _query_all(self, *commands: tuple[str, ...]) -> list[Any]:
         """Run plain commands in one round trip (a pipeline), as _query runs one."""
+        mark = cancel_mark()
         self._client._check_open()
         replies = await self._client._runner.pipeline(*commands)
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
         for reply in replies:
             if isinstance(reply, ResponseError):
                 error = self._script_error(reply)

@@ -20,6 +20,7 @@ from ._holders import HolderIds
 from ._holds import HoldRegistry
 from ._latches import LatchSweeper
 from ._lock import Lock
+from ._ordering import CallOrder, Ticket, in_turn
 from ._pool import BoundedPool
 from ._pubsub import Dispatcher
 from ._renewal import RenewalService
@@ -36,9 +37,12 @@ __all__ = ("Client",)
 log = logging.getLogger("aiolock")
 T = TypeVar("T")
 
-# How long one script call may take, resends included, before its latch or tombstone may
-# expire: generous, since an early expiry would let a resend count twice.
-_SOCKET_ALLOWANCE = 3.0
+# A send with no socket timeout can wait without bound; past this many seconds a resend
+# window is no longer derived from the connection's settings, only assumed.
+_UNBOUNDED_SEND = 30.0
+_BACKOFF_CAP = 10.0
+# Margin on every latch and tombstone beyond the last resend that can still reach the server.
+_LATCH_MARGIN = 5.0
 # Command connections of a client built from a URL, and how long a call waits for one.
 _POOL_SIZE = 64
 _POOL_WAIT = 30.0
@@ -88,15 +92,24 @@ class Client:
         self._lease_ms = round(options.watchdog_timeout * 1000)
         # A wait for a lock without expiry (a foreign holder) is still bounded.
         self._ttl_cap = options.watchdog_timeout
+        # A call cut off by a cancel or an outage is resent in the background for at most
+        # a watchdog lease; every unlock latch and acquire tombstone outlives the first send
+        # of its call by more than every resend can take, so no resend ever counts twice.
+        self._resend_window_ms = self._lease_ms
         self._latch_ttl_ms = round(
-            (_SOCKET_ALLOWANCE + options.retry_interval) * (options.retry_attempts + 1) * 1000
+            (_call_seconds(redis, options) + options.watchdog_timeout + _LATCH_MARGIN) * 1000
         )
         self._background: set[asyncio.Task[Any]] = set()
-        # (lock key, holder field) -> the last background rollback/release of that holder:
-        # the holder's next call on the lock waits for it (see _settled).
-        self._unsettled: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        # Each holder's calls on each lock, one after the other (see _ordering.py).
+        self._order = CallOrder()
+        # Public calls under way: aclose() waits for them, so none succeeds after it.
+        self._running = 0
+        self._ran_out: asyncio.Future[None] | None = None
         self._calls = itertools.count(1)
         self._waiting: dict[str, int] = {}
+        # (lock key, holder field) -> that holder's calls waiting on it: a fair lock's
+        # queue entry is one per holder, left only when its last waiting call gives up.
+        self._waiting_holders: dict[tuple[str, str], int] = {}
         # Lock key -> loop time its lease runs out, as this client's waiters last saw it.
         self._lease_until: dict[str, float] = {}
         self._ids = HolderIds(self.id)
@@ -196,7 +209,15 @@ class Client:
             return
         self._closed = True
         await self._renewal.aclose()
+        # Every waiter wakes and raises ClientClosedError; a call whose script is in
+        # flight undoes a hold it gets (see LockBase._attempt). Both end before the
+        # connections close, and so do releases and rollbacks already under way.
         await self._dispatcher.aclose()
+        while self._running:
+            if self._ran_out is None or self._ran_out.done():
+                self._ran_out = asyncio.get_running_loop().create_future()
+            await asyncio.wait([self._ran_out])
+        await self._order.drained()
         while self._background:
             await asyncio.gather(*self._background, return_exceptions=True)
         await self._latches.flush()
@@ -245,37 +266,21 @@ class Client:
         task.add_done_callback(self._background_done)
         return task
 
-    def _settle_later(self, key: str, field: str, coro: Coroutine[Any, Any, Any]) -> None:
-        """Finish a cut-off call of one holder on one lock in the background.
+    def _complete_in_background(self, ticket: Ticket, coro: Coroutine[Any, Any, Any]) -> None:
+        """Finish a holder's cut-off call in the background, in ``ticket``'s turn.
 
-        It runs after any earlier one of the same holder and lock, so they land in the
-        order they were made.
+        The holder's later calls on the lock wait for it, so they land in the order they
+        were made.
         """
-        earlier = self._unsettled.get((key, field))
+        self._spawn(in_turn(ticket, coro))
 
-        async def in_order() -> Any:
-            if earlier is not None:
-                await asyncio.wait([earlier])
-            return await coro
+    def _call_started(self) -> None:
+        self._running += 1
 
-        task = self._spawn(in_order())
-        self._unsettled[key, field] = task
-
-        def done(_: asyncio.Task[Any]) -> None:
-            if self._unsettled.get((key, field)) is task:
-                del self._unsettled[key, field]
-
-        task.add_done_callback(done)
-
-    async def _settled(self, key: str, field: str) -> None:
-        """Wait until no background call of this holder on this lock is pending.
-
-        Its outcome is not ours to raise (the background task reports it); a cancellation
-        of the caller stops only the wait, never the background call.
-        """
-        task = self._unsettled.get((key, field))
-        if task is not None:
-            await asyncio.wait([task])
+    def _call_ended(self) -> None:
+        self._running -= 1
+        if not self._running and self._ran_out is not None and not self._ran_out.done():
+            self._ran_out.set_result(None)
 
     def _background_done(self, task: asyncio.Task[Any]) -> None:
         self._background.discard(task)
@@ -307,3 +312,24 @@ class Client:
             why,
         )
         self._holds.mark_lost(hold, why)
+
+
+def _call_seconds(redis: Redis, options: ClientOptions) -> float:
+    """The longest one script call can take from its first send to its last resend.
+
+    Each of the client's tries (``retry_attempts`` + 1) is one redis-py command, which
+    redis-py itself may retry on a fresh connection; each send may connect, write and wait
+    for the reply, each bounded by the connection's own timeouts. A connection without a
+    socket timeout, or a redis-py retry without end, bounds nothing: then a send is assumed
+    to take at most ``_UNBOUNDED_SEND`` and redis-py to retry at most 3 times.
+    """
+    conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+    socket = conn.socket_timeout or _UNBOUNDED_SEND
+    connect = conn.socket_connect_timeout or socket
+    retries = conn.retry.get_retries() if conn.retry is not None else 0
+    if retries < 0:
+        retries = 3
+    # Each pause between redis-py's own tries is at most its backoff cap (10 s by default).
+    one_try = (retries + 1) * (connect + 2 * socket) + retries * _BACKOFF_CAP
+    tries = options.retry_attempts + 1
+    return tries * one_try + options.retry_attempts * options.retry_interval

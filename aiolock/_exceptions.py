@@ -26,8 +26,9 @@ class LockNotOwnedError(LockError):
     The holder never held it, or already released every hold it had.
     """
 
-    def __init__(self, name: str, holder: str) -> None:
-        super().__init__(f"lock {name!r} is not held by {holder}")
+    def __init__(self, name: str, holder: str, detail: str = "") -> None:
+        why = f": {detail}" if detail else ""
+        super().__init__(f"lock {name!r} is not held by {holder}{why}")
         self.name = name
         self.holder = holder
 

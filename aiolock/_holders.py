@@ -28,7 +28,15 @@ class HolderIds:
 
     def current(self) -> tuple[str, asyncio.Task[Any]]:
         """The calling task's holder id, and the task."""
-        task = asyncio.current_task()
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            # No asyncio loop in this thread: most likely trio, or anyio on its trio
+            # backend, where asyncio's own "no running event loop" would only confuse.
+            raise RuntimeError(
+                "aiolock runs on asyncio (and on anyio with its asyncio backend): no asyncio "
+                "event loop is running here (trio and anyio's trio backend are not supported)"
+            ) from None
         if task is None:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
         holder = self._ids.get(task)
@@ -37,5 +45,5 @@ class HolderIds:
         return holder, task
 
     def owner(self, owner: str) -> str:
-        """The holder id of an explicit ``owner=``."""
-        return f"{self._client_id}:{owner}"
+        """The holder id of an explicit ``owner=``: never equal to a task's (API.md)."""
+        return f"{self._client_id}:owner:{owner}"

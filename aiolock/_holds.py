@@ -81,6 +81,15 @@ class HoldRegistry:
         """The hold of ``field`` on ``key``, if this client believes it has one."""
         return self._holds.get((key, field))
 
+    def holding(self, key: str, field: str) -> bool:
+        """Whether ``field`` holds ``key`` now, as far as this client knows."""
+        hold = self._holds.get((key, field))
+        return hold is not None and hold.count > 0 and hold.lost is None
+
+    def on_key(self, key: str) -> list[Hold]:
+        """Every hold of this client on ``key``."""
+        return [hold for hold in self._holds.values() if hold.key == key]
+
     def __iter__(self) -> Iterator[Hold]:
         return iter(list(self._holds.values()))
 
@@ -177,7 +186,8 @@ class HoldRegistry:
             # An unlock() cut off by a cancellation finishes in the background and settles
             # the hold itself: the task let go of those holds, it did not end holding them.
             kept = hold.count - hold.releasing
-            if kept > 0:
+            # A hold already known lost was reported when it was found.
+            if kept > 0 and hold.lost is None:
                 log.warning(
                     "aiolock: task %s ended while %s held lock %r (%d hold(s)); it is no "
                     "longer renewed and expires with its lease",
@@ -186,4 +196,5 @@ class HoldRegistry:
                     hold.name,
                     kept,
                 )
+            if kept > 0:
                 self.drop(hold)

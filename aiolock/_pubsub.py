@@ -30,7 +30,6 @@ __all__ = (
     "Subscription",
     "Waiter",
     "lock_wake_count",
-    "permit_wake_count",
     "rwlock_wake_count",
 )
 
@@ -61,14 +60,6 @@ def rwlock_wake_count(data: bytes) -> int | None:
     would have every writer but one run its script for nothing.
     """
     return 1
-
-
-def permit_wake_count(data: bytes) -> int | None:
-    """Permit channels: the message is a count of permits; wake up to that many."""
-    try:
-        return max(int(data), 1)
-    except ValueError:
-        return 1
 
 
 class Waiter:

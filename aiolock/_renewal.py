@@ -3,7 +3,8 @@
 Every ``watchdog_timeout / 3`` it sends one script call per batch of at most 100 holds of
 one kind: ``hash`` holds (a holder field in a hash: lock, fair lock, write lock) through
 ``lock_renew.lua``, ``read`` holds (a read-write lock's reader) through ``rw_read_renew.lua``,
-which also renews that holder's own per-hold timeout keys and nobody else's. A hold whose
+which renews that holder's own per-hold timeout keys, and nobody else's, and judges each
+read hold alive by its own timeout key, not by the holder's field. A hold whose
 holder field is gone is reported lost (WARNING, then ``LockLostError`` at the holder's
 unlock); an error is logged and the next period tries again.
 """
@@ -30,22 +31,36 @@ log = logging.getLogger("aiolock")
 BATCH_SIZE = 100
 
 KeysOf = Callable[[list["Hold"]], list[str]]
+ArgsOf = Callable[[list["Hold"]], list[str]]
 
 
-def _hash_kind() -> tuple[Script, KeysOf]:
+def _hash_kind() -> tuple[Script, KeysOf, ArgsOf]:
     # KEYS[i] = the hash of hold i; ARGV[i+1] = its holder field.
-    return load_script("lock_renew"), lambda batch: [hold.key for hold in batch]
+    return (
+        load_script("lock_renew"),
+        lambda batch: [hold.key for hold in batch],
+        lambda batch: [hold.field for hold in batch],
+    )
 
 
-def _read_kind() -> tuple[Script, KeysOf]:
-    # KEYS[2i-1], KEYS[2i] = the hash of hold i and its holder's timeout-key prefix.
-    return load_script("rw_read_renew"), lambda batch: [
-        key for hold in batch for key in (hold.key, hold.extra)
-    ]
+def _watchdog_holds(hold: Hold) -> str:
+    # Read hold k (1-based, in acquisition order) has its own timeout key and lease; only
+    # those taken without an explicit lease are the watchdog's to renew.
+    return ",".join(str(k) for k, lease in enumerate(hold.leases, 1) if lease is None)
 
 
-#: Per hold kind: its renewal script and how a batch of holds becomes the script's KEYS.
-_KINDS: dict[str, Callable[[], tuple[Script, KeysOf]]] = {
+def _read_kind() -> tuple[Script, KeysOf, ArgsOf]:
+    # KEYS[2i-1], KEYS[2i] = the hash of hold i and its holder's timeout-key prefix;
+    # ARGV[2i], ARGV[2i+1] = its holder field and the numbers of its watchdog holds.
+    return (
+        load_script("rw_read_renew"),
+        lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
+        lambda batch: [arg for hold in batch for arg in (hold.field, _watchdog_holds(hold))],
+    )
+
+
+#: Per hold kind: its renewal script and how a batch of holds becomes its KEYS and ARGV.
+_KINDS: dict[str, Callable[[], tuple[Script, KeysOf, ArgsOf]]] = {
     "hash": _hash_kind,
     "read": _read_kind,
 }
@@ -126,14 +141,13 @@ class RenewalService:
         for hold in self._holds:
             by_kind.setdefault(hold.kind, []).append(hold)
         for kind, holds in by_kind.items():
-            script, keys_of = _KINDS[kind]()
+            script, keys_of, args_of = _KINDS[kind]()
             batches = [
                 holds[start : start + self._batch_size]
                 for start in range(0, len(holds), self._batch_size)
             ]
             calls: list[tuple[list[str], list[str | int]]] = [
-                (keys_of(batch), [self._lease_ms, *(hold.field for hold in batch)])
-                for batch in batches
+                (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
             ]
             self.calls += len(calls)
             try:

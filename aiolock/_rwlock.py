@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
 from ._base import LockBase
+from ._cancel import cancel_mark, cancelled_since
 from ._config import check_name, check_owner
 from ._exceptions import LockUpgradeError
 from ._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
@@ -65,11 +67,15 @@ class _Side(LockBase):
 
     async def _ask(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
         """Run a read-only query script, with the checks and error mapping of _query."""
+        mark = cancel_mark()
         self._client._check_open()
         try:
-            return await self._run(script, keys, args)
+            reply = await self._run(script, keys, args)
         except ResponseError as exc:
             raise self._script_error(exc) from exc
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        return reply
 
 
 class ReadLock(_Side):

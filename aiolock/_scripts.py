@@ -60,24 +60,24 @@ class AcquireReply:
     """Decoded reply of an acquire script.
 
     ``acquired`` with ``count`` = the holder's reentrancy count after the call; otherwise
-    ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry), or ``cancelled``
-    when the call had already been rolled back.
+    ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry).
     """
 
     acquired: bool
     count: int = 0
     ttl_ms: int = -1
-    cancelled: bool = False
 
     @classmethod
     def decode(cls, raw: Any) -> AcquireReply:
-        """Map the script's ``{status, value}`` pair to a reply."""
+        """Map the script's ``{status, value}`` pair to a reply.
+
+        Status -1 (the call's tombstone exists) only ever answers a late copy of a call
+        whose caller has gone, so nobody reads it: it decodes as "not acquired".
+        """
         status, value = int(raw[0]), int(raw[1])
         if status == 1:
             return cls(acquired=True, count=value)
-        if status == 0:
-            return cls(acquired=False, ttl_ms=value)
-        return cls(acquired=False, cancelled=True)
+        return cls(acquired=False, ttl_ms=value if status == 0 else 0)
 
 
 def as_int(raw: Any) -> int | None:

@@ -72,7 +72,7 @@ async def test_reentrant_cancel_undoes_exactly_one_hold(
     task = asyncio.create_task(lock.lock())
     await _cancel_in_flight(task, gate)
     await wait_until(lambda: _only_renewal_running(client), what="rollback finished")
-    assert await raw.hget(name, f"{client.id}:worker") == "1"
+    assert await raw.hget(name, f"{client.id}:owner:worker") == "1"
     assert lock.statistics().hold_count == 1
     await lock.unlock()
     assert await raw.exists(name) == 0
@@ -221,8 +221,8 @@ async def test_rollback_of_a_cut_off_acquire_never_undoes_the_next_one(
     await asyncio.wait([second], timeout=1.0)
     gate.release.set()
     await asyncio.wait_for(second, 5)
-    await wait_until(lambda: not client._unsettled, what="the rollback landed")
-    assert await raw.hgetall(name) == {f"{client.id}:worker": "1"}
+    await wait_until(lambda: not len(client._order), what="the rollback landed")
+    assert await raw.hgetall(name) == {f"{client.id}:owner:worker": "1"}
     await lock.unlock()
     assert await _absent(raw, name)
 
@@ -280,7 +280,7 @@ async def test_task_ending_with_more_holds_than_unlocks_in_flight_is_reported(
     with pytest.raises(asyncio.CancelledError):
         await task
     gate.release.set()
-    await wait_until(lambda: not client._unsettled, what="the release landed")
+    await wait_until(lambda: not len(client._order), what="the release landed")
     ended = [r.getMessage() for r in caplog.records if "ended while" in r.getMessage()]
     assert len(ended) == 1
     assert "(1 hold(s))" in ended[0]

@@ -201,7 +201,7 @@ async def test_layout_matches_redisson(make_client: ClientFactory, raw: Redis, n
     holder = client.fair_lock(name, owner="holder")
     await holder.lock(lease=10)
     assert await raw.type(name) == "hash"
-    assert await raw.hgetall(name) == {f"{client.id}:holder": "1"}
+    assert await raw.hgetall(name) == {f"{client.id}:owner:holder": "1"}
     assert await no_queue(raw, name)
 
     before = now_ms()
@@ -585,7 +585,7 @@ async def test_aiolock_waiter_on_java_holder(client: aiolock.Client, raw: Redis,
     lock = client.fair_lock(name, owner="w")
     waiter = asyncio.create_task(lock.lock())
     (queued,) = await wait_queued(raw, name, 1)
-    assert queued == f"{client.id}:w"
+    assert queued == f"{client.id}:owner:w"
     # A second Java thread queues behind it, by Redisson's own rules.
     java2 = f"{uuid.uuid4()}:2"
     ttl = await raw.eval(JAVA_FAIR_ACQUIRE, 3, *keys, 30_000, java2, W_DEFAULT, now_ms())
@@ -713,9 +713,9 @@ async def test_key_prefix(make_client: ClientFactory, raw: Redis, name: str) -> 
     await holder.lock()
     waiter = asyncio.create_task(client.fair_lock(name, owner="w").lock())
     await wait_queued(raw, f"svc:{name}", 1)
-    assert await raw.hkeys(f"svc:{name}") == [f"{client.id}:holder"]
-    assert await queue_of(raw, f"svc:{name}") == [f"{client.id}:w"]
-    channel = channel_of(f"svc:{name}", f"{client.id}:w")
+    assert await raw.hkeys(f"svc:{name}") == [f"{client.id}:owner:holder"]
+    assert await queue_of(raw, f"svc:{name}") == [f"{client.id}:owner:w"]
+    channel = channel_of(f"svc:{name}", f"{client.id}:owner:w")
     await wait_until(lambda: channel in client._dispatcher.channels(), what="subscribed")
     assert await raw.exists(name, queue_key(name), timeout_key(name)) == 0
     await holder.unlock()

@@ -126,10 +126,10 @@ async def test_holder_ids_differ_per_task(client: aiolock.Client, raw: Redis, na
 
 
 async def test_owner_field(client: aiolock.Client, raw: Redis, name: str) -> None:
-    """With owner=, the hash field is "<client.id>:<owner>"."""
+    """With owner=, the hash field is "<client.id>:owner:<owner>" (API.md)."""
     lock = client.lock(name, owner="job-1")
     await lock.lock()
-    assert await raw.hgetall(name) == {f"{client.id}:job-1": "1"}
+    assert await raw.hgetall(name) == {f"{client.id}:owner:job-1": "1"}
     await lock.unlock()
 
 

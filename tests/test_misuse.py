@@ -243,7 +243,11 @@ async def test_unlock_from_another_task(
         other_holder, error = await asyncio.create_task(other())
     assert type(error) is aiolock.LockNotOwnedError
     assert other_holder != my_holder(client)
-    assert str(error) == f"lock {name!r} is not held by {other_holder}"
+    # The error names the unlocking holder and says who does hold it: another task of
+    # this client (the typical mistake: a child task of gather() or shield()).
+    assert str(error).startswith(f"lock {name!r} is not held by {other_holder}: ")
+    assert "held by another task of this client" in str(error)
+    assert asyncio.current_task().get_name() in str(error)  # type: ignore[union-attr]
     assert await raw.hgetall(name) == before
     assert await handle.hold_count() == 1
     assert handle.statistics().hold_count == 1
@@ -261,7 +265,7 @@ async def test_unlock_through_another_owner(
     before = await raw.hgetall(name)
     for handle, holder in [
         (kind.make(client, name), my_holder(client)),
-        (kind.make(client, name, owner="job-2"), f"{client.id}:job-2"),
+        (kind.make(client, name, owner="job-2"), f"{client.id}:owner:job-2"),
     ]:
         with pytest.raises(aiolock.LockNotOwnedError) as info:
             await handle.unlock()

@@ -60,7 +60,7 @@ async def test_unlock_without_answer_is_finished_once_the_server_is_back(
         await asyncio.to_thread(server.start)
         await raw.connection_pool.disconnect()  # its connections died with the server
         await wait_until(lambda: _absent(raw, "outage"), what="the release landed")
-        await wait_until(lambda: not client._unsettled, what="the bookkeeping followed")
+        await wait_until(lambda: not len(client._order), what="the bookkeeping followed")
         assert not lock.statistics().held_by_current_task
         # The name is free for everyone, this task included, with a count of one.
         await lock.lock()

@@ -14,7 +14,6 @@ from aiolock._pubsub import (
     Subscription,
     _Channel,
     lock_wake_count,
-    permit_wake_count,
     rwlock_wake_count,
 )
 
@@ -51,14 +50,6 @@ def test_write_unlock_message_wakes_all() -> None:
     waiters = [sub.add_waiter() for _ in range(3)]
     dispatcher._on_reply(_message(b"1"))
     assert all(w.event.is_set() for w in waiters)
-
-
-def test_permit_count_wakes_up_to_that_many() -> None:
-    """On a permit channel, a count n wakes at most n waiters."""
-    dispatcher, sub, _ = _subscription(permit_wake_count)
-    waiters = [sub.add_waiter() for _ in range(5)]
-    dispatcher._on_reply(_message(b"3"))
-    assert sum(w.event.is_set() for w in waiters) == 3
 
 
 def test_unused_wake_is_passed_on_when_a_waiter_leaves() -> None:

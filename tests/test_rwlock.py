@@ -43,7 +43,7 @@ def timeout_key(name: str, holder: str, k: int) -> str:
 
 def holder_id(client: aiolock.Client, owner: str) -> str:
     """The holder id of ``owner=`` on ``client``."""
-    return f"{client.id}:{owner}"
+    return f"{client.id}:owner:{owner}"
 
 
 def rw(client: aiolock.Client, name: str, owner: str | None = None) -> aiolock.ReadWriteLock:

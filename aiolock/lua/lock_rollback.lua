@@ -10,9 +10,11 @@
 -- ARGV[4]  publish command
 -- ARGV[5]  tombstone TTL in ms
 --
--- Returns 1 if the acquire had taken a hold and it was given back, 0 if it had not (the
--- tombstone then stops it from taking one should it still reach the server). The message
--- is published before the delete, so that a refused PUBLISH changes nothing.
+-- Returns 1 if the acquire had taken a hold and it was given back, 0 if it had not. The
+-- tombstone is written either way: a copy of the acquire still on its way (a resend, or a
+-- send buffered on a dead connection) that reaches the server later takes nothing. The
+-- message is published before anything is written, so that a refused PUBLISH changes
+-- nothing.
 local count = redis.call('hget', KEYS[1], ARGV[1])
 if not count or tonumber(count) ~= tonumber(ARGV[2]) then
     redis.call('set', KEYS[3], 1, 'px', ARGV[5])
@@ -21,8 +23,9 @@ end
 if tonumber(count) > 1 then
     redis.call('hincrby', KEYS[1], ARGV[1], -1)
     redis.call('pexpire', KEYS[1], ARGV[3])
-    return 1
+else
+    redis.call(ARGV[4], KEYS[2], '0')
+    redis.call('del', KEYS[1])
 end
-redis.call(ARGV[4], KEYS[2], '0')
-redis.call('del', KEYS[1])
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
 return 1

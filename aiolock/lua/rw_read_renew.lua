@@ -1,28 +1,38 @@
 -- Watchdog renewal of a batch of read holds (Redisson ReadLockTask, 4.4+ semantics).
 --
--- KEYS[2i-1]  lock hash of hold i (at most 100 holds per call; all in one cluster slot)
--- KEYS[2i]    hold i's holder's timeout-key prefix "{name}:<holder>:rwlock_timeout"
+-- KEYS[2i-1]  lock hash of holder i (at most 100 per call; all in one cluster slot)
+-- KEYS[2i]    holder i's timeout-key prefix "{name}:<holder>:rwlock_timeout"
 -- ARGV[1]     lease in ms
--- ARGV[i+1]   hold i's holder id (its read field)
+-- ARGV[2i]    holder i's id (its read field)
+-- ARGV[2i+1]  the read holds of holder i that the watchdog keeps alive, as a comma list of
+--             their numbers k ("1,2"): hold k is the string key "<prefix>:k"
 --
--- Returns one entry per hold: 1 if the holder still has read holds (then each of ITS
--- timeout keys "<prefix>:k", k = count..1, gets the lease, and the hash a TTL of at least
--- the lease), 0 if its field is gone (lost). Only the holder's own timeout keys are
--- touched, never another client's (Redisson 3.44 to 4.3 renewed every holder's: PR #7098).
--- The hash TTL is raised to the lease but never lowered, so a longer explicit lease of
--- another reader is not cut short. A key of another type counts as gone (pcall).
+-- Returns one entry per holder: 1 if every listed hold is still alive (then each gets the
+-- lease, and the hash a TTL of at least the lease), 0 if the field is gone or one of those
+-- holds' own timeout keys has run out: that hold is dead even though the field is there
+-- (another reader's release would free the lock under it), so the caller reports it lost.
+-- Holds taken with an explicit lease are not in the list: they are never renewed. Only
+-- the holder's own timeout keys are touched, never another client's (Redisson 3.44 to 4.3
+-- renewed every holder's: PR #7098). The hash TTL is raised to the lease but never
+-- lowered, so a longer explicit lease of another reader is not cut short. A key of
+-- another type counts as gone (pcall).
 local renewed = {}
 for i = 1, #KEYS / 2 do
     local key = KEYS[2 * i - 1]
-    local count = redis.pcall('hget', key, ARGV[i + 1])
+    local count = redis.pcall('hget', key, ARGV[2 * i])
     local holds = nil
     if type(count) == 'string' then
         holds = tonumber(count)
     end
-    if holds and holds > 0 then
-        for k = holds, 1, -1 do
-            redis.call('pexpire', KEYS[2 * i] .. ':' .. k, ARGV[1])
+    local alive = holds ~= nil and holds > 0
+    if alive then
+        for k in string.gmatch(ARGV[2 * i + 1], '%d+') do
+            if tonumber(k) > holds or redis.call('pexpire', KEYS[2 * i] .. ':' .. k, ARGV[1]) == 0 then
+                alive = false
+            end
         end
+    end
+    if alive then
         if redis.call('pttl', key) < tonumber(ARGV[1]) then
             redis.call('pexpire', key, ARGV[1])
         end

@@ -13,7 +13,8 @@
 --
 -- Returns 1 if the acquire had taken a hold and it was given back (exactly as a read
 -- unlock would: TTL recomputed from the remaining timeout keys, or the hash deleted and
--- "0" published), 0 if it had not (the tombstone then voids it should it still arrive).
+-- "0" published), 0 if it had not. The tombstone is written either way, so a copy of the
+-- acquire that reaches the server later takes nothing.
 --
 -- Everything is decided before anything is written, and the message is published first,
 -- as in rw_read_release.lua: a refused PUBLISH then fails the script with nothing changed.
@@ -64,4 +65,5 @@ if frees then
 elseif longest > 0 then
     redis.call('pexpire', KEYS[1], longest)
 end
+redis.call('set', KEYS[5], 1, 'px', ARGV[4])
 return 1

@@ -12,8 +12,9 @@
 --
 -- Returns 1 if the acquire had taken a hold and it was given back (exactly as a write
 -- unlock would: deleted with "1" published, or downgraded to mode=read if the holder also
--- has read holds), 0 if it had not (the tombstone then voids it should it still arrive).
--- The message is published before the delete, so that a refused PUBLISH changes nothing.
+-- has read holds), 0 if it had not. The tombstone is written either way, so a copy of the
+-- acquire that reaches the server later takes nothing. The message is published before
+-- anything is written, so that a refused PUBLISH changes nothing.
 local count = redis.call('hget', KEYS[1], ARGV[1])
 if not count or tonumber(count) ~= tonumber(ARGV[2]) then
     redis.call('set', KEYS[3], 1, 'px', ARGV[5])
@@ -22,14 +23,13 @@ end
 if tonumber(count) > 1 then
     redis.call('hincrby', KEYS[1], ARGV[1], -1)
     redis.call('pexpire', KEYS[1], ARGV[3])
-    return 1
-end
-if redis.call('hlen', KEYS[1]) == 2 then
+elseif redis.call('hlen', KEYS[1]) == 2 then
     -- "mode" and this write field only: nothing holds the lock once the field goes.
     redis.call(ARGV[4], KEYS[2], '1')
     redis.call('del', KEYS[1])
-    return 1
+else
+    redis.call('hdel', KEYS[1], ARGV[1])
+    redis.call('hset', KEYS[1], 'mode', 'read')
 end
-redis.call('hdel', KEYS[1], ARGV[1])
-redis.call('hset', KEYS[1], 'mode', 'read')
+redis.call('set', KEYS[3], 1, 'px', ARGV[5])
 return 1

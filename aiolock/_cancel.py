@@ -1,0 +1,28 @@
+"""Noticing a cancel that something below aiolock swallowed.
+
+On Python 3.11, ``asyncio.wait_for`` returns its inner result and drops a cancel that lands
+as the inner call completes; redis-py wraps every socket write in it when ``socket_timeout``
+is set (its default). A lock call cancelled in that window would then carry on and return
+as if nothing happened. ``Task.cancelling()`` still counts the request, so each public call
+notes the count when it starts and, before it returns normally, checks that no request came
+since; if one did, it undoes what it did and raises ``CancelledError`` itself. An
+``asyncio.timeout()`` around the call then turns that into its ``TimeoutError`` as usual.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+__all__ = ("cancel_mark", "cancelled_since")
+
+
+def cancel_mark() -> int:
+    """The calling task's count of pending cancel requests, taken when a call starts."""
+    task = asyncio.current_task()
+    return task.cancelling() if task is not None else 0
+
+
+def cancelled_since(mark: int) -> bool:
+    """Whether the calling task was asked to cancel after ``mark`` was taken."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > mark

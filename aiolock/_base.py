@@ -406,7 +406,11 @@ class LockBase:
                 if closed:
                     raise ClientClosedError
                 raise asyncio.CancelledError
-            self._won(call, reply.count)
+            try:
+                self._won(call, reply.count)
+            finally:
+                ticket.release()
+            return reply
         ticket.release()
         return reply
 

@@ -18,7 +18,11 @@ __all__ = ("cancel_mark", "cancelled_since")
 
 def cancel_mark() -> int:
     """The calling task's count of pending cancel requests, taken when a call starts."""
-    task = asyncio.current_task()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        # No asyncio loop: the call fails just after, with a message that says why.
+        return 0
     return task.cancelling() if task is not None else 0
 
 

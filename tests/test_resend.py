@@ -1,0 +1,189 @@
+"""Every resend path through a fault proxy: a dropped reply, a partition longer than every
+timeout. Each test checks that Redis ends with exactly what the client believes, that no
+resend counts twice, and that whatever could not be done is reported.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+import aiolock
+from aiolock._keys import fair_queue_key, fair_timeout_key
+
+from .conftest import ClientFactory
+from .faultproxy import FaultProxy, script
+from .helpers import quiesce, wait_until
+
+LIMIT = 10.0
+# Short socket timeouts, so that a dropped reply costs a fraction of a second.
+FAST = "?socket_timeout=0.3&socket_connect_timeout=0.3"
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy.from_url(redis_url) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+async def proxied(proxy: FaultProxy, raw: Redis) -> AsyncIterator[aiolock.Client]:
+    """A client whose every connection goes through the proxy; retries on."""
+    client = aiolock.Client.from_url(
+        proxy.url + FAST, watchdog_timeout=10, retry_attempts=2, retry_interval=0.05
+    )
+    yield client
+    await client.aclose()
+
+
+async def test_unlock_resent_after_a_partition_releases_once(
+    proxy: FaultProxy, raw: Redis, make_client: ClientFactory, name: str
+) -> None:
+    """Defect 4: an unlock whose reply is lost, then a partition longer than every timeout
+    of the call: the background resend finds the latch and never releases twice."""
+    # No retries and a short retry_interval: before the fix the latch lived
+    # (3 s + retry_interval) x (retries + 1) = 3.05 s, whatever the resends took.
+    client = aiolock.Client.from_url(
+        proxy.url + FAST, watchdog_timeout=10, retry_attempts=0, retry_interval=0.05
+    )
+    try:
+        lock = client.lock(name, owner="o")
+        await lock.lock()
+        await lock.lock()
+        drop = proxy.drop_reply(script("lock_release"))
+        unlock = asyncio.create_task(lock.unlock())
+        await asyncio.wait_for(drop.executed.wait(), LIMIT)
+        proxy.cut()
+        with pytest.raises(RedisTimeoutError):
+            await unlock
+        # The partition outlasts every timeout of the call, and the old latch.
+        await asyncio.sleep(4)
+        await proxy.restore()
+        await quiesce(client)
+        assert await lock.hold_count() == 1  # the server's count
+        assert lock.statistics().hold_count == 1
+        assert not await make_client().lock(name).try_lock(wait=0)
+        await lock.unlock()
+        assert await raw.exists(name) == 0
+    finally:
+        await client.aclose()
+
+
+async def test_acquire_whose_reply_was_lost_counts_once(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A lock() resent after its reply was lost takes one hold, not two."""
+    lock = proxied.lock(name, owner="o")
+    drop = proxy.drop_reply(script("lock_acquire"))
+    await lock.lock()
+    assert drop.executed.is_set()
+    assert await raw.hget(name, f"{proxied.id}:owner:o") == "1"
+    assert lock.statistics().hold_count == 1
+    await lock.unlock()
+    assert await raw.exists(name) == 0
+
+
+async def test_unlock_whose_reply_was_lost_releases_once(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """An unlock() resent after its reply was lost releases one hold of two."""
+    lock = proxied.lock(name, owner="o")
+    await lock.lock()
+    await lock.lock()
+    drop = proxy.drop_reply(script("lock_release"))
+    await lock.unlock()
+    assert drop.executed.is_set()
+    assert await raw.hget(name, f"{proxied.id}:owner:o") == "1"
+    await lock.unlock()
+    assert await raw.exists(name) == 0
+
+
+async def test_rollback_whose_reply_was_lost_is_resent(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """An acquire cancelled in flight, then its rollback's reply lost: the lock ends free."""
+    lock = proxied.lock(name, owner="o")
+    acquire_drop = proxy.drop_reply(script("lock_acquire"))
+    rollback_drop = proxy.drop_reply(script("lock_rollback"))
+    acquire = asyncio.create_task(lock.lock())
+    await asyncio.wait_for(acquire_drop.executed.wait(), LIMIT)
+    acquire.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await acquire
+    await asyncio.wait_for(rollback_drop.executed.wait(), LIMIT)
+    await quiesce(proxied)
+    assert await raw.exists(name) == 0
+    assert lock.statistics().hold_count == 0
+    assert await lock.try_lock(wait=0)
+    await lock.unlock()
+
+
+async def test_renewal_whose_reply_was_lost_keeps_the_lease(
+    proxy: FaultProxy, raw: Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal round whose reply is lost is tried again well before the lease runs out."""
+    client = aiolock.Client.from_url(
+        proxy.url + FAST, watchdog_timeout=1.5, retry_attempts=0, retry_interval=0.05
+    )
+    try:
+        lock = client.lock(name, owner="o")
+        await lock.lock()
+        drop = proxy.drop_reply(script("lock_renew"), then="close")
+        with caplog.at_level(logging.WARNING, logger="aiolock"):
+            await asyncio.wait_for(drop.executed.wait(), LIMIT)
+            rounds = client._renewal.rounds
+            await wait_until(lambda: client._renewal.rounds >= rounds + 3, what="3 more rounds")
+        assert "could not renew" in caplog.text
+        assert "was lost" not in caplog.text
+        assert await raw.hget(name, f"{client.id}:owner:o") == "1"
+        await lock.unlock()
+    finally:
+        await client.aclose()
+
+
+async def test_fair_leave_whose_reply_was_lost_is_resent(
+    proxy: FaultProxy, proxied: aiolock.Client, make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """A fair waiter that gives up leaves the queue even when the first exit's reply is lost."""
+    holder = make_client().fair_lock(name)
+    await holder.lock()
+    drop = proxy.drop_reply(script("fair_leave"))
+    assert not await proxied.fair_lock(name, owner="w").try_lock(wait=0.3)
+    await quiesce(proxied)
+    assert drop.executed.is_set()
+    assert await raw.llen(fair_queue_key(name)) == 0
+    assert await raw.zcard(fair_timeout_key(name)) == 0
+    await holder.unlock()
+
+
+async def test_partition_longer_than_the_lease_is_reported(
+    proxy: FaultProxy,
+    raw: Redis,
+    make_client: ClientFactory,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Cut off for longer than its lease, a holder loses the lock and is told, twice over."""
+    client = aiolock.Client.from_url(
+        proxy.url + FAST, watchdog_timeout=1, retry_attempts=0, retry_interval=0.05
+    )
+    try:
+        lock = client.lock(name, owner="o")
+        await lock.lock()
+        other = make_client().lock(name)
+        with caplog.at_level(logging.WARNING, logger="aiolock"):
+            async with proxy.partition():
+                # The lease runs out while the holder cannot renew it: another takes it.
+                assert await other.try_lock(wait=LIMIT)
+            await wait_until(lambda: "was lost" in caplog.text, what="the watchdog reports it")
+        with pytest.raises(aiolock.LockLostError):
+            await lock.unlock()
+        await other.unlock()
+        assert await raw.exists(name) == 0
+    finally:
+        await client.aclose()

@@ -1,0 +1,272 @@
+"""One named test per defect of the outside review (issue #10), each failing on the code
+before its fix. The cancellation sweep (test_cancel_sweep.py), the fault-proxy tests
+(test_resend.py) and the model tests (test_model.py) are what look for the next ones; these
+pin down the ones that were found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+from aiolock._keys import fair_queue_key, rwlock_timeout_prefix
+from aiolock._scripts import load_script
+
+from .conftest import ClientFactory
+from .helpers import Gate, gated_redis, quiesce, wait_until
+
+LIMIT = 10.0
+
+
+@pytest.fixture
+async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
+    """A client whose chosen script call can be held back, before or after it is sent."""
+    redis, gate = gated_redis(redis_url)
+    client = aiolock.Client(redis)
+    yield client, gate
+    gate.release.set()
+    await client.aclose()
+    await redis.aclose()
+
+
+async def test_2_owner_id_never_equals_a_task_id(client: aiolock.Client, name: str) -> None:
+    """owner="1" is not the task whose holder id ends in ":1": it must wait like anyone."""
+    task_lock = client.lock(name)
+    await task_lock.lock()  # this test's task is the client's first: "{client.id}:1"
+    job = client.lock(name, owner="1")
+    assert not await job.try_lock(wait=0)
+    assert await job.hold_count() == 0
+    await task_lock.unlock()
+
+
+async def test_3_overlapping_calls_of_one_owner_count_twice(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """Two lock() of one owner= at once leave count 2 in Redis, and two unlocks free it."""
+    first, second = client.lock(name, owner="job"), client.lock(name, owner="job")
+    await asyncio.gather(first.lock(), second.lock())
+    assert await raw.hget(name, f"{client.id}:owner:job") == "2"
+    assert first.statistics().hold_count == 2
+    await first.unlock()
+    assert await raw.hget(name, f"{client.id}:owner:job") == "1"
+    await second.unlock()
+    assert await raw.exists(name) == 0
+
+
+async def test_3_acquire_cancelled_before_it_was_sent_undoes_nothing_else(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A second lock() of one owner, cancelled before it is sent, leaves the first's hold."""
+    lock = client.lock(name, owner="job")
+    first = asyncio.create_task(lock.lock())
+    second = asyncio.create_task(lock.lock())
+    await asyncio.sleep(0)  # both calls have started: one sends, the other waits its turn
+    second.cancel()
+    await first
+    with pytest.raises(asyncio.CancelledError):
+        await second
+    await quiesce(client)
+    assert await raw.hget(name, f"{client.id}:owner:job") == "1"
+    assert lock.statistics().hold_count == 1
+    await lock.unlock()
+    assert await raw.exists(name) == 0
+
+
+async def test_5_unlock_cancelled_behind_a_cut_off_call_still_releases(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """An unlock() cancelled while an earlier call of its holder settles still releases."""
+    client, gate = gated
+    lock = client.lock(name, owner="w")
+    await lock.lock()
+    # A re-entry cut off in flight: its rollback is held back before it is sent.
+    gate.arm("lock_acquire")
+    reentry = asyncio.create_task(lock.lock())
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    rollback_gate = gate.release
+    gate.arm("lock_rollback", before_send=True)
+    rollback_gate.set()
+    reentry.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await reentry
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    # The unlock waits for the rollback to land; cancelled there, it must still release.
+    unlock = asyncio.create_task(lock.unlock())
+    await asyncio.sleep(0)
+    unlock.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await unlock
+    gate.release.set()
+    await quiesce(client)
+    assert await raw.exists(name) == 0
+    assert len(client._holds) == 0
+    assert len(client._renewal) == 0
+
+
+async def test_6_a_fair_waiter_keeps_its_new_place_after_an_earlier_give_up(
+    gated: tuple[aiolock.Client, Gate], make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """A waiter's late queue exit, from a wait it gave up, never removes its next wait."""
+    client, gate = gated
+    holder = make_client().fair_lock(name, owner="holder")
+    await holder.lock()
+    me = f"{client.id}:owner:t"
+    lock = client.fair_lock(name, owner="t")
+    gate.arm("fair_leave", before_send=True)
+    waiting = asyncio.create_task(lock.lock())
+    await wait_until(lambda: lock.statistics().tasks_waiting == 1, what="waiting")
+    await wait_until(lambda: _queued(raw, name, me), what="queued")
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)  # the exit is held before it is sent
+    again = asyncio.create_task(lock.lock())  # the same holder waits again at once
+    gate.release.set()
+    await quiesce(client)
+    await wait_until(lambda: _queued(raw, name, me), limit=LIMIT, what="queued again")
+    await holder.unlock()
+    await asyncio.wait_for(again, LIMIT)
+    await lock.unlock()
+
+
+async def _queued(raw: Redis, name: str, holder: str) -> bool:
+    return holder in await raw.lrange(fair_queue_key(name), 0, -1)
+
+
+async def test_7_read_renewal_reports_a_read_hold_whose_timeout_key_ran_out(
+    make_client: ClientFactory, raw: Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A read hold is judged by its own timeout key, not by its holder's field."""
+    client = make_client()
+    reader = client.read_write_lock(name, owner="r").read_lock()
+    other = make_client().read_write_lock(name, owner="o").read_lock()
+    await reader.lock()
+    await other.lock()
+    # The reader's hold dies (its lease ran out during a pause, say); its field remains.
+    await raw.delete(f"{rwlock_timeout_prefix(name, f'{client.id}:owner:r')}:1")
+    with caplog.at_level(logging.WARNING, logger="aiolock"):
+        assert await client._renewal.renew_once()
+    assert "was lost" in caplog.text
+    with pytest.raises(aiolock.LockLostError):
+        await reader.unlock()
+    await other.unlock()
+    assert await raw.exists(name) == 0
+
+
+async def test_9_an_acquire_in_flight_at_aclose_is_undone(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """An acquire answered after aclose() began raises ClientClosedError and holds nothing."""
+    client, gate = gated
+    gate.arm("lock_acquire")
+    acquire = asyncio.create_task(client.lock(name).lock())
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    closing = asyncio.create_task(client.aclose())
+    await wait_until(lambda: client.closed, what="closing")
+    gate.release.set()
+    with pytest.raises(aiolock.ClientClosedError):
+        await acquire
+    await closing
+    assert await raw.exists(name) == 0
+
+
+async def test_10_plain_rollback_that_gave_a_hold_back_leaves_a_tombstone(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """A duplicate of an undone acquire that reaches the server later takes nothing."""
+    client, gate = gated
+    await raw.script_load(load_script("lock_acquire").text)  # a NOSCRIPT reply would be gated
+    gate.arm("lock_acquire")
+    acquire = asyncio.create_task(client.lock(name, owner="o").lock())
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    await wait_until(lambda: _exists(raw, name), what="the script took the hold")
+    acquire.cancel()  # the script ran and took the hold; the reply is held back
+    with pytest.raises(asyncio.CancelledError):
+        await acquire
+    await quiesce(client)
+    assert await raw.exists(name) == 0
+    tombstones = [key async for key in raw.scan_iter(match=f"aiolock_acquire_cancel:*{name}*")]
+    assert len(tombstones) == 1
+    # The same call again, as a copy buffered on a dead connection would arrive.
+    reply = await raw.evalsha(
+        load_script("lock_acquire").sha, 2, name, tombstones[0], 30_000, f"{client.id}:owner:o", 1
+    )
+    assert [int(x) for x in reply] == [-1, 0]
+    assert await raw.exists(name) == 0
+
+
+async def test_10_read_and_write_rollbacks_leave_a_tombstone(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """The read-write lock's rollbacks also void a late copy of the acquire."""
+    client, gate = gated
+    rw = client.read_write_lock(name, owner="o")
+    for side, script in (
+        (rw.read_lock(), "rw_read_acquire"),
+        (rw.write_lock(), "rw_write_acquire"),
+    ):
+        await raw.script_load(load_script(script).text)  # a NOSCRIPT reply would be gated
+        gate.arm(script)
+        acquire = asyncio.create_task(side.lock())
+        await asyncio.wait_for(gate.sent.wait(), LIMIT)
+        await wait_until(lambda: _exists(raw, name), what="the script took the hold")
+        acquire.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await acquire
+        gate.release.set()
+        await quiesce(client)
+        assert await raw.exists(name) == 0
+    tombstones = [key async for key in raw.scan_iter(match=f"aiolock_acquire_cancel:*{name}*")]
+    assert len(tombstones) == 2
+
+
+async def test_11_no_task_ended_warning_for_a_hold_already_reported_lost(
+    client: aiolock.Client, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A task ending with a hold known lost (force_unlock) is not reported a second time."""
+
+    async def holder() -> None:
+        await client.lock(name).lock()
+        assert await client.lock(name).force_unlock()
+
+    with caplog.at_level(logging.WARNING, logger="aiolock"):
+        await asyncio.create_task(holder())
+    assert "ended while" not in caplog.text
+
+
+async def test_11_times_accept_timedelta(client: aiolock.Client, name: str) -> None:
+    """lease and wait take a timedelta, as API.md says (and the annotations now say too)."""
+    lock = client.lock(name)
+    assert await lock.try_lock(wait=timedelta(seconds=1), lease=timedelta(seconds=5))
+    remaining = await lock.remaining_lease()
+    assert remaining is not None
+    assert 0 < remaining <= 5
+    await lock.unlock()
+
+
+def test_11_no_asyncio_loop_gets_a_clear_error(client: aiolock.Client, name: str) -> None:
+    """Driven by something that is not asyncio (trio, anyio on trio), the error says so."""
+    coro = client.lock(name).lock()
+    with pytest.raises(RuntimeError, match="aiolock runs on asyncio"):
+        coro.send(None)
+    coro.close()
+
+
+async def test_unlock_latch_outlives_the_resends_of_its_call(client: aiolock.Client) -> None:
+    """Defect 4's rule: every latch and tombstone outlives every resend of its call."""
+    options = client._options
+    assert client._resend_window_ms <= round(options.watchdog_timeout * 1000)
+    # redis-py 8's default connection: 5 s socket and connect timeouts.
+    one_send = 5 + 2 * 5
+    foreground = (options.retry_attempts + 1) * one_send
+    assert client._latch_ttl_ms / 1000 > foreground + client._resend_window_ms / 1000
+
+
+async def _exists(raw: Redis, key: str) -> bool:
+    return bool(await raw.exists(key))

@@ -326,7 +326,9 @@ def _call_seconds(redis: Redis, options: ClientOptions) -> float:
     conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
     socket = conn.socket_timeout or _UNBOUNDED_SEND
     connect = conn.socket_connect_timeout or socket
-    retries = conn.retry.get_retries() if conn.retry is not None else 0
+    # get_retries() is newer than some redis-py releases the package accepts.
+    get_retries = getattr(conn.retry, "get_retries", None)
+    retries = get_retries() if get_retries is not None else 3
     if retries < 0:
         retries = 3
     # Each pause between redis-py's own tries is at most its backoff cap (10 s by default).

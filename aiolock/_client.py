@@ -218,8 +218,19 @@ class Client:
                 self._ran_out = asyncio.get_running_loop().create_future()
             await asyncio.wait([self._ran_out])
         await self._order.drained()
+        # Until every background task has ended and been reported (_background_done).
+        # Not `while self._background: await gather(*self._background)`: a task that ended
+        # in this loop iteration stays in the set until its done-callback runs in the next
+        # one, and from Python 3.12 on gather() of futures that are all done completes
+        # without yielding to the loop, so that loop spun forever and blocked the event loop.
+        # wait() also leaves the tasks running if aclose() is cancelled; gather() cancelled
+        # them all.
         while self._background:
-            await asyncio.gather(*self._background, return_exceptions=True)
+            running = [task for task in self._background if not task.done()]
+            if running:
+                await asyncio.wait(running)
+            else:
+                await asyncio.sleep(0)  # only their done-callbacks are left to run
         await self._latches.flush()
         for hold in self._holds:
             if hold.count and hold.lost is None:

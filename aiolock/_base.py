@@ -569,7 +569,14 @@ class LockBase:
             if hold is not None:
                 client._holds.drop(hold)
             return
-        self._settle_unlock(holder, field, hold, latch, answered[0])
+        try:
+            self._settle_unlock(holder, field, hold, latch, answered[0])
+        except LockLostError:
+            # _settle_unlock logged the loss; the caller already had its error.
+            pass
+        except LockNotOwnedError as exc:
+            # The caller, cancelled or cut off, is not there to be told: nothing was held.
+            log.info("aiolock: a cut-off unlock() found nothing to release: %s", exc)
 
     async def _until_answered(
         self,

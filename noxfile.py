@@ -4,6 +4,12 @@ suite; ``nox -s bench`` benchmarks.
 Tests run against a wheel installed non-editable, so a file missing from the wheel (a Lua
 script, py.typed) fails them. Reuse a prebuilt wheel with
 ``nox -s tests -- --installpkg dist/aiolock-X-py3-none-any.whl [pytest args]``.
+
+``tests`` runs once per Python of the classifiers in pyproject.toml (``tests-3.11``,
+``tests-3.12``, ...), ``faults`` on the oldest and the newest of them; ``nox -s tests-3.12``
+picks one. An interpreter nox cannot find is skipped with a warning, except where ``CI`` is
+set or ``--error-on-missing-interpreters`` is given: then it fails the run. lint, mypy and
+bench run on the Python that runs nox.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ nox.options.sessions = ["tests", "lint", "mypy"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 LINTED = ["aiolock", "tests", "benchmarks", "noxfile.py"]
+# "Programming Language :: Python :: 3.X" classifiers, oldest first.
+PYTHONS = nox.project.python_versions(PYPROJECT)
 
 
 def _install_wheel(session: nox.Session, *groups: str) -> list[str]:
@@ -38,7 +46,7 @@ def _install_wheel(session: nox.Session, *groups: str) -> list[str]:
     return args
 
 
-@nox.session
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """Run pytest against the installed wheel; pass pytest arguments after ``--``."""
     pytest_args = _install_wheel(session, "tests")
@@ -46,14 +54,16 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *pytest_args)
 
 
-@nox.session
+@nox.session(python=[PYTHONS[0], PYTHONS[-1]])
 def faults(session: nox.Session) -> None:
-    """The fault-injection suite (tests/faults) and the misuse tests; one line per scenario."""
+    """The fault-injection suite (tests/faults), the full cancellation sweep and the misuse
+    tests; one line per scenario."""
     pytest_args = _install_wheel(session, "tests")
     session.run(
         "pytest",
         "--faults",
         "tests/faults",
+        "tests/test_cancel_sweep.py",
         "tests/test_misuse.py",
         "tests/test_validation.py",
         *pytest_args,

@@ -65,6 +65,24 @@ async def test_aclose_wakes_waiters_with_client_closed(
     await raw.delete(name)
 
 
+@pytest.mark.timeout(10)
+async def test_aclose_right_after_a_background_task_ended(client: aiolock.Client) -> None:
+    """aclose() returns when a background task ended in the same loop iteration and its
+    done-callback has not run yet (on Python 3.12+, where gather() of tasks that are all done
+    completes without yielding to the loop, aclose() spun there forever, blocking the loop;
+    seen as hangs of test_renewal_is_batched and of the cancellation sweep)."""
+
+    async def job() -> None:
+        return None
+
+    task = client._spawn(job())
+    await asyncio.sleep(0)  # job ends in this loop iteration; its done-callback runs in the next
+    assert task.done()
+    assert task in client._background
+    await client.aclose()
+    assert not client._background
+
+
 async def test_calls_after_aclose_raise(client: aiolock.Client, name: str) -> None:
     """Every call after aclose() raises ClientClosedError; aclose() itself is idempotent."""
     lock = client.lock(name)

@@ -202,16 +202,22 @@ class LockBase:
         await self.unlock()
 
     async def _acquire(self, wait: float | None, lease: float | None) -> bool:
+        mark = cancel_mark()
         client = self._client
         client._check_open()
         client._call_started()
         try:
-            return await self._acquire_call(wait, lease)
+            return await self._acquire_call(wait, lease, mark)
+        except Exception as exc:
+            # A cancel request came while the call ran (swallowed below aiolock, then
+            # another error): the cancel wins, as it would have had it been delivered.
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
         finally:
             client._call_ended()
 
-    async def _acquire_call(self, wait: float | None, lease: float | None) -> bool:
-        mark = cancel_mark()
+    async def _acquire_call(self, wait: float | None, lease: float | None, mark: int) -> bool:
         client = self._client
         holder, task = self._holder()
         self._check_acquire(holder)
@@ -371,6 +377,9 @@ class LockBase:
             # attempt's target count depends on its outcome.
             await ticket.wait()
             client._check_open()
+            # The holder's calls before this one may have changed what it holds (a write
+            # unlock of the same owner=, say): judge the upgrade rule again, in turn.
+            self._check_acquire(call.holder)
         except BaseException:
             ticket.release()
             raise
@@ -465,16 +474,22 @@ class LockBase:
 
     async def unlock(self) -> None:
         """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
+        mark = cancel_mark()
         client = self._client
         client._check_open()
         client._call_started()
         try:
-            await self._unlock_call()
+            await self._unlock_call(mark)
+        except Exception as exc:
+            # As in _acquire: a cancel request that came while the call ran wins. The
+            # release itself was made or is being completed (a loss was logged).
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
         finally:
             client._call_ended()
 
-    async def _unlock_call(self) -> None:
-        mark = cancel_mark()
+    async def _unlock_call(self, mark: int) -> None:
         client = self._client
         holder, _ = self._holder()
         field = self._field(holder)

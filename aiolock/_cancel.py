@@ -28,5 +28,8 @@ def cancel_mark() -> int:
 
 def cancelled_since(mark: int) -> bool:
     """Whether the calling task was asked to cancel after ``mark`` was taken."""
-    task = asyncio.current_task()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return False
     return task is not None and task.cancelling() > mark

@@ -36,19 +36,23 @@ class Gate:
     """Holds the reply of one chosen script call: sent to the server, reply pending.
 
     Armed ``before_send``, it holds the call before it is sent instead (``sent`` is then
-    set when the call is ready to go).
+    set when the call is ready to go). Armed ``swallow_cancel``, a cancel that lands while
+    the reply is held is swallowed and the reply returned all the same, as Python 3.11's
+    ``asyncio.wait_for`` (which redis-py wraps around every socket write) can do.
     """
 
     def __init__(self) -> None:
         self.target: bytes | None = None
         self.before_send = False
+        self.swallow_cancel = False
         self.sent = asyncio.Event()
         self.release = asyncio.Event()
 
-    def arm(self, script: str, *, before_send: bool = False) -> None:
+    def arm(self, script: str, *, before_send: bool = False, swallow_cancel: bool = False) -> None:
         """Gate the next EVALSHA of the package script ``script``."""
         self.target = load_script(script).sha.encode()
         self.before_send = before_send
+        self.swallow_cancel = swallow_cancel
         self.sent = asyncio.Event()
         self.release = asyncio.Event()
 
@@ -76,6 +80,13 @@ class _GatedConnection(Connection):
         if self._gated:
             self._gated = False
             try:
+                await self.gate.release.wait()
+            except asyncio.CancelledError:
+                if not self.gate.swallow_cancel:
+                    await self.disconnect(nowait=True)
+                    raise
+                # What 3.11's wait_for does when the cancel and the result meet: it
+                # returns the result and the task carries on with cancelling() > 0.
                 await self.gate.release.wait()
             except BaseException:
                 # Exactly what redis-py does when a pending read is interrupted: the

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from redis.asyncio import Redis
@@ -270,3 +271,105 @@ async def test_unlock_latch_outlives_the_resends_of_its_call(client: aiolock.Cli
 
 async def _exists(raw: Redis, key: str) -> bool:
     return bool(await raw.exists(key))
+
+
+# -- a cancel swallowed below aiolock, on every Python ------------------------------------
+# The gate stands in for 3.11's wait_for: the cancel lands while the reply is pending and is
+# swallowed there, so these run the same on 3.12 and 3.13, where wait_for no longer does it.
+
+
+async def _swallowed(task: asyncio.Task[Any], gate: Gate) -> None:
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    task.cancel()
+    await asyncio.sleep(0)  # the cancel lands in the held read and is swallowed there
+    gate.release.set()
+
+
+@pytest.mark.parametrize("how", ["lock", "try_lock", "async_with"])
+async def test_1_acquire_whose_cancel_was_swallowed_raises_and_holds_nothing(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str, how: str
+) -> None:
+    """Defect 1: the acquire took the hold, its cancel was swallowed: it gives the hold back
+    and raises CancelledError; an ``async with`` never enters its body."""
+    client, gate = gated
+    await raw.script_load(load_script("lock_acquire").text)
+    gate.arm("lock_acquire", swallow_cancel=True)
+    lock = client.lock(name)
+    entered = False
+
+    async def call() -> Any:
+        nonlocal entered
+        if how == "lock":
+            return await lock.lock()
+        if how == "try_lock":
+            return await lock.try_lock(wait=5)
+        async with lock:
+            entered = True
+        return None
+
+    task = asyncio.create_task(call())
+    await _swallowed(task, gate)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not entered
+    await quiesce(client)
+    assert await raw.exists(name) == 0
+    assert len(client._holds) == 0
+
+
+async def test_1_timeout_around_an_acquire_whose_cancel_was_swallowed(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """asyncio.timeout() around lock() ends in TimeoutError on time, holding nothing."""
+    client, gate = gated
+    await raw.script_load(load_script("lock_acquire").text)
+    gate.arm("lock_acquire", swallow_cancel=True)
+
+    async def call() -> None:
+        async with asyncio.timeout(0.05):
+            await client.lock(name).lock()
+
+    task = asyncio.create_task(call())
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    await asyncio.sleep(0.1)  # the timeout fires while the reply is held, and is swallowed
+    gate.release.set()
+    with pytest.raises(TimeoutError):
+        await task
+    await quiesce(client)
+    assert await raw.exists(name) == 0
+
+
+async def test_1_unlock_whose_cancel_was_swallowed_raises_cancelled(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """Found by the model tests: an unlock() by a non-holder whose cancel was swallowed
+    raised LockNotOwnedError; a cancel that came while a call ran always wins."""
+    client, gate = gated
+    await raw.script_load(load_script("lock_release").text)
+    gate.arm("lock_release", swallow_cancel=True)
+    task = asyncio.create_task(client.lock(name).unlock())
+    await _swallowed(task, gate)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_model_found_overlapping_owner_calls_judge_the_upgrade_in_turn(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """Found by the model tests: an owner= holding read and write locks made lock(r),
+    unlock(w) and lock(w) at once from three tasks. In that order the last one asks to
+    upgrade (LockUpgradeError); it was judged before its turn and waited for itself."""
+    rw = client.read_write_lock(name, owner="o")
+    read, write = rw.read_lock(), rw.write_lock()
+    await write.lock()
+    await read.lock()
+    results = await asyncio.wait_for(
+        asyncio.gather(read.lock(), write.unlock(), write.lock(), return_exceptions=True), LIMIT
+    )
+    assert list(results[:2]) == [None, None]
+    assert isinstance(results[2], aiolock.LockUpgradeError)
+    assert await read.hold_count() == 2
+    assert await write.hold_count() == 0
+    await read.unlock()
+    await read.unlock()
+    assert await raw.exists(name) == 0

@@ -406,15 +406,16 @@ class LockBase:
             # ends with it.
             self._undo_later(ticket, call, target, tombstone)
             raise
+        closed = client.closed
+        if closed or cancelled_since(call.mark):
+            # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
+            # client closed: never return a hold, and never go on to wait. Undo what the
+            # script did: give a hold back, or void the call and leave a fair queue.
+            self._undo_later(ticket, call, reply.count if reply.acquired else target, tombstone)
+            if closed:
+                raise ClientClosedError
+            raise asyncio.CancelledError
         if reply.acquired:
-            closed = client.closed
-            if closed or cancelled_since(call.mark):
-                # Taken, but the caller was cancelled meanwhile (a cancel swallowed below
-                # aiolock) or the client closed: give the hold back, never return it.
-                self._undo_later(ticket, call, reply.count, tombstone)
-                if closed:
-                    raise ClientClosedError
-                raise asyncio.CancelledError
             try:
                 self._won(call, reply.count)
             finally:

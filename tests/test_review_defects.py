@@ -373,3 +373,29 @@ async def test_model_found_overlapping_owner_calls_judge_the_upgrade_in_turn(
     await read.unlock()
     await read.unlock()
     assert await raw.exists(name) == 0
+
+
+@pytest.mark.parametrize("kind", ["lock", "fair_lock"])
+async def test_1_contended_acquire_whose_cancel_was_swallowed_does_not_wait(
+    gated: tuple[aiolock.Client, Gate],
+    make_client: ClientFactory,
+    raw: Redis,
+    name: str,
+    kind: str,
+) -> None:
+    """Found by the model tests: a lost attempt whose cancel was swallowed went on to wait
+    for the holder (a cancelled call that did not return); now it raises at once, and a
+    fair waiter leaves no queue entry."""
+    client, gate = gated
+    holder = getattr(make_client(), kind)(name)
+    await holder.lock()
+    script = "lock_acquire" if kind == "lock" else "fair_acquire"
+    await raw.script_load(load_script(script).text)
+    gate.arm(script, swallow_cancel=True)
+    task = asyncio.create_task(getattr(client, kind)(name).lock())
+    await _swallowed(task, gate)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, LIMIT)
+    await quiesce(client)
+    assert await raw.llen(fair_queue_key(name)) == 0
+    await holder.unlock()

@@ -383,29 +383,37 @@ class LockBase:
         except BaseException:
             ticket.release()
             raise
-        hold = client._holds.get(self._key, call.field)
-        # The count this holder has once the attempt succeeds: a resend that finds it
-        # already there does not count twice, and a rollback undoes exactly this attempt.
-        target = (hold.count if hold else 0) + 1
-        tombstone = f"{prefixed('aiolock_acquire_cancel', self._key)}:{client._next_call()}"
-        try:
-            reply = await self._try_once(
-                call.field, call.lease_ms, target, tombstone, wait=call.wait
-            )
-        except ResponseError as exc:
-            # The script failed before it changed anything: nothing to roll back.
-            ticket.release()
-            raise self._script_error(exc) from exc
-        except _REFUSED:
-            ticket.release()
-            raise
-        except BaseException:
-            # Cancelled (or cut off) with the script in flight: it may have taken a hold
-            # that nobody will ever release. Give it back in the background, in this
-            # holder's turn; were the server unreachable until the lease ends, that hold
-            # ends with it.
-            self._undo_later(ticket, call, target, tombstone)
-            raise
+        while True:
+            hold = client._holds.get(self._key, call.field)
+            # The count this holder has once the attempt succeeds: a resend that finds it
+            # already there does not count twice, and a rollback undoes exactly this
+            # attempt (a script takes a hold only from the count the holder believes).
+            # A hold known lost counts for nothing: the server no longer has it.
+            target = (hold.count if hold and hold.lost is None else 0) + 1
+            tombstone = f"{prefixed('aiolock_acquire_cancel', self._key)}:{client._next_call()}"
+            try:
+                reply = await self._try_once(
+                    call.field, call.lease_ms, target, tombstone, wait=call.wait
+                )
+            except ResponseError as exc:
+                # The script failed before it changed anything: nothing to roll back.
+                ticket.release()
+                raise self._script_error(exc) from exc
+            except _REFUSED:
+                ticket.release()
+                raise
+            except BaseException:
+                # Cancelled (or cut off) with the script in flight: it may have taken a
+                # hold that nobody will ever release. Give it back in the background, in
+                # this holder's turn; were the server unreachable until the lease ends,
+                # that hold ends with it.
+                self._undo_later(ticket, call, target, tombstone)
+                raise
+            if not reply.stale or cancelled_since(call.mark) or client.closed:
+                break
+            # The holder's count on the server is not what this client believed: a hold
+            # lost unnoticed (force_unlock, expiry). Believe the server, and try again.
+            self._resync(call, reply.count)
         closed = client.closed
         if closed or cancelled_since(call.mark):
             # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
@@ -423,6 +431,42 @@ class LockBase:
             return reply
         ticket.release()
         return reply
+
+    def _resync(self, call: _Attempt, count: int) -> None:
+        """Make this client's belief the server's ``count`` of the holder's holds."""
+        client = self._client
+        hold = client._holds.get(self._key, call.field)
+        believed = hold.count if hold else 0
+        if hold is not None and hold.count and hold.lost is None:
+            # Lost without the watchdog noticing yet: report it now, once. The hold stays,
+            # known lost, so that the holder's next unlock() raises LockLostError.
+            client._lease_lost(
+                hold, f"the server had {count} of its {believed} hold(s); found by lock()"
+            )
+        if count:
+            if hold is not None:
+                client._holds.drop(hold)
+            # Holds of this holder that it does not know of (a release that never got an
+            # answer): count them, never renew them; they expire with their lease.
+            log.warning(
+                "aiolock: %s has %d hold(s) on lock %r it did not know of; they are counted "
+                "and expire with their lease",
+                call.holder,
+                count,
+                self._name,
+            )
+            kind, extra = self._hold_kind(call.holder)
+            client._holds.acquired(
+                key=self._key,
+                field=call.field,
+                name=self._name,
+                holder=call.holder,
+                task=call.task,
+                count=count,
+                lease_ms=client._lease_ms,
+                kind=kind,
+                extra=extra,
+            )
 
     def _undo_later(self, ticket: Ticket, call: _Attempt, target: int, tombstone: str) -> None:
         client = self._client

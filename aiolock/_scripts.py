@@ -60,12 +60,15 @@ class AcquireReply:
     """Decoded reply of an acquire script.
 
     ``acquired`` with ``count`` = the holder's reentrancy count after the call; otherwise
-    ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry).
+    ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry), or ``stale``
+    with ``count`` = the holder's count on the server, which is not the one it believed
+    (nothing was taken).
     """
 
     acquired: bool
     count: int = 0
     ttl_ms: int = -1
+    stale: bool = False
 
     @classmethod
     def decode(cls, raw: Any) -> AcquireReply:
@@ -77,6 +80,8 @@ class AcquireReply:
         status, value = int(raw[0]), int(raw[1])
         if status == 1:
             return cls(acquired=True, count=value)
+        if status == -2:
+            return cls(acquired=False, stale=True, count=value)
         return cls(acquired=False, ttl_ms=value if status == 0 else 0)
 
 

@@ -399,3 +399,28 @@ async def test_1_contended_acquire_whose_cancel_was_swallowed_does_not_wait(
     await quiesce(client)
     assert await raw.llen(fair_queue_key(name)) == 0
     await holder.unlock()
+
+
+async def test_model_found_acquire_after_an_unnoticed_loss_is_undone_when_cancelled(
+    gated: tuple[aiolock.Client, Gate], make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Found by the model tests: a holder whose hold was force-unlocked by another client
+    (unnoticed yet) re-acquired with a stale expected count; cancelled in flight, its
+    rollback could not recognise the hold it took, which stayed. A script now takes a hold
+    only from the count the holder believes, and the loss is reported."""
+    client, gate = gated
+    lock = client.lock(name, owner="o")
+    await lock.lock()
+    assert await make_client().lock(name).force_unlock()
+    await raw.script_load(load_script("lock_acquire").text)
+    gate.arm("lock_acquire")
+    task = asyncio.create_task(lock.try_lock(wait=0))
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    task.cancel()
+    gate.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await quiesce(client)
+    assert await raw.exists(name) == 0
+    with pytest.raises(aiolock.LockLostError):
+        await lock.unlock()

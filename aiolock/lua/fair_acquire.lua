@@ -13,8 +13,9 @@
 -- ARGV[7]  cap in ms on the wait returned while the lock is free but another waiter's turn
 --
 -- Returns {1, count} when acquired (count = the holder's count after this call), or
--- {0, wait} when it is not this holder's turn, or {-1, 0} when this call was already
--- cancelled and rolled back.
+-- {0, wait} when it is not this holder's turn, {-1, 0} when this call was already
+-- cancelled and rolled back, or {-2, count} when the holder's count is not the ARGV[5] - 1
+-- it believes (see lock_acquire.lua).
 --
 -- Redisson semantics, step by step: purge the expired waiters at the head; a free lock
 -- goes to this holder if the queue is empty or it is at the head (it leaves the queue and
@@ -47,12 +48,18 @@ while true do
 end
 
 local count = redis.call('hget', KEYS[1], ARGV[2])
+if count and tonumber(count) ~= tonumber(ARGV[5]) and tonumber(count) ~= tonumber(ARGV[5]) - 1 then
+    return {-2, tonumber(count)}
+end
 if count then
     if tonumber(count) ~= tonumber(ARGV[5]) then
         count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
     end
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, tonumber(count)}
+end
+if tonumber(ARGV[5]) ~= 1 then
+    return {-2, 0}
 end
 if redis.call('exists', KEYS[1]) == 0 then
     local head = redis.call('lindex', KEYS[2], 0)

@@ -8,15 +8,22 @@
 --
 -- Returns {1, count} when acquired (count = the holder's count after this call), or
 -- {0, pttl} when another holder has it (pttl = ms left on its lease, -1 without expiry),
--- or {-1, 0} when this call was already cancelled and rolled back.
+-- or {-1, 0} when this call was already cancelled and rolled back, or {-2, count} when
+-- the holder's count is not the ARGV[3] - 1 it believes it has (a hold it lost without
+-- knowing): nothing is taken, and the caller corrects its belief and tries again.
 --
 -- ARGV[3] makes a resent call idempotent: if the first send already took the hold, the
 -- field already equals the target count, so the resend refreshes the lease and does not
--- count twice. The stored state is exactly Redisson's; only the return value carries more.
+-- count twice. A hold is only ever taken from ARGV[3] - 1, so a rollback that finds the
+-- target count knows this call took it. The stored state is exactly Redisson's; only the
+-- return value carries more.
 local count = redis.call('hget', KEYS[1], ARGV[2])
 if count and tonumber(count) == tonumber(ARGV[3]) then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, tonumber(count)}
+end
+if (tonumber(count) or 0) ~= tonumber(ARGV[3]) - 1 then
+    return {-2, tonumber(count) or 0}
 end
 if not count and redis.call('exists', KEYS[1]) == 1 then
     return {0, redis.call('pttl', KEYS[1])}

@@ -11,8 +11,9 @@
 -- ARGV[4]  the count this holder has once this call succeeds (its local count + 1)
 --
 -- Returns {1, count} when acquired, {0, pttl} when a writer (not this holder) has the lock
--- (pttl = ms left on the hash, -1 without expiry), or {-1, 0} when this call was already
--- cancelled and rolled back.
+-- (pttl = ms left on the hash, -1 without expiry), {-1, 0} when this call was already
+-- cancelled and rolled back, or {-2, count} when the holder's read count is not the
+-- ARGV[4] - 1 it believes (see lock_acquire.lua).
 --
 -- Redisson semantics (spec 6.2): a free lock becomes mode=read; a read-mode lock, or a
 -- write-mode lock whose writer is this very holder (downgrade path), takes one more read
@@ -26,6 +27,9 @@ end
 local count = redis.call('hget', KEYS[1], ARGV[2])
 if count and tonumber(count) == tonumber(ARGV[4]) then
     return {1, tonumber(count)}
+end
+if (tonumber(count) or 0) ~= tonumber(ARGV[4]) - 1 then
+    return {-2, tonumber(count) or 0}
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then

@@ -7,7 +7,8 @@
 -- ARGV[3]  the count this holder has once this call succeeds (its local count + 1)
 --
 -- Returns {1, count} when acquired, {0, pttl} when readers or another writer have the
--- lock, or {-1, 0} when this call was already cancelled and rolled back.
+-- lock, {-1, 0} when this call was already cancelled and rolled back, or {-2, count} when
+-- the holder's write count is not the ARGV[3] - 1 it believes (see lock_acquire.lua).
 --
 -- Redisson semantics (spec 6.4): a free lock becomes mode=write with the lease; re-entry
 -- by the same writer sets the TTL to its current PTTL + lease (it ADDS, unlike RLock). A
@@ -20,6 +21,9 @@ end
 local count = redis.call('hget', KEYS[1], ARGV[2])
 if count and tonumber(count) == tonumber(ARGV[3]) then
     return {1, tonumber(count)}
+end
+if (tonumber(count) or 0) ~= tonumber(ARGV[3]) - 1 then
+    return {-2, tonumber(count) or 0}
 end
 local mode = redis.call('hget', KEYS[1], 'mode')
 if mode == false then

@@ -8,13 +8,26 @@ identity across steps: a task holder is an actor's own task, an owner holder is
 ``owner="o1"`` used from any actor of its client (several at once: API.md says overlapping
 calls of one holder behave as if made one after the other).
 
+Rules: try_lock(0) / lock() / try_lock(wait=small), re-entry, unlock by holders and by
+non-holders, force_unlock(), queries, acquires and unlocks cancelled after k loop
+iterations, ``async with`` bodies cancelled (once or twice), 2-3 overlapping calls (often of
+one owner from several tasks; their answers must be those of some serial order), and
+hand-offs: waiters queue behind the holders, who let go (or are force-unlocked), and each
+waiter must get the lock promptly, in queue order for the fair lock.
+
 Every step runs to completion before the next one: a call the model says waits for another
 holder is never left waiting across steps (it is cancelled, bounded, or released within the
 step). After every step, once both clients have no background work left (``quiesce``), the
-server, each client's local belief and the model must agree exactly.
+server and the model must agree exactly: the lock hash field by field (holder ids as API.md
+spells them), its lease, the read holds' timeout keys, no other key of the name, an empty
+fair queue; ``hold_count()`` from each holder's own task, and its client's local belief
+(``statistics()``).
 
-``pytest --faults`` runs many more examples (``nox -s faults -- tests/test_model.py``);
-``AIOLOCK_MODEL_EXAMPLES`` / ``AIOLOCK_MODEL_STEPS`` override the counts for a hunt.
+``pytest --faults`` runs many more, longer examples, with client B on a 1 s watchdog lease
+and a rule that lets a whole lease go by (``nox -s faults -- tests/test_model.py``).
+``AIOLOCK_MODEL_EXAMPLES`` / ``AIOLOCK_MODEL_STEPS`` override the counts for a hunt. A
+failure's message ends with the steps of the example that failed, as first run: a race
+that hypothesis cannot replay is still reported with its steps.
 """
 
 from __future__ import annotations
@@ -334,9 +347,11 @@ class _Machine(RuleBasedStateMachine):
 
         try:
             return self.loop.run_until_complete(guarded())
-        except AssertionError as exc:
+        except (AssertionError, TimeoutError) as exc:
             steps = "\n".join(self.trace)
-            raise AssertionError(f"{exc}\n-- this example's steps:\n{steps}") from None
+            raise AssertionError(
+                f"{str(exc) or repr(exc)}\n-- this example's steps:\n{steps}"
+            ) from None
 
     def teardown(self) -> None:
         try:

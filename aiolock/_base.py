@@ -298,7 +298,8 @@ class LockBase:
                 # The queue exit takes its place in the holder's line now, so the holder's
                 # next call (a new wait, say) cannot overtake it and be removed by it.
                 client._complete_in_background(
-                    client._order.join(line), self._leave_queue(call.holder)
+                    client._order.join((self._key, call.holder)),
+                    self._leave_queue(call.holder),
                 )
             raise
         finally:
@@ -362,7 +363,7 @@ class LockBase:
         """The call's wait ran out: leave the queue if it has one, then return False."""
         client = self._client
         if self._leaves_queue and not client._waiting_holders.get((self._key, call.field), 0) > 1:
-            ticket = client._order.join((self._key, call.field))
+            ticket = client._order.join((self._key, call.holder))
             await client._shielded(in_turn(ticket, self._leave_queue(call.holder)))
         if cancelled_since(call.mark):
             raise asyncio.CancelledError
@@ -370,7 +371,7 @@ class LockBase:
     async def _attempt(self, call: _Attempt) -> AcquireReply:
         """Run the acquire script once, in the holder's turn, and record a hold it took."""
         client = self._client
-        ticket = client._order.join((self._key, call.field))
+        ticket = client._order.join((self._key, call.holder))
         try:
             # An earlier call of this holder (a rollback or release finishing in the
             # background, another task's call with the same owner=) must land first: this
@@ -538,7 +539,9 @@ class LockBase:
         client = self._client
         holder, _ = self._holder()
         field = self._field(holder)
-        ticket = client._order.join((self._key, field))
+        # One line per holder, not per field: a read-write lock's read and write calls of
+        # one holder take turns too (the upgrade rule depends on their order).
+        ticket = client._order.join((self._key, holder))
         try:
             # An earlier call of this holder (a cut-off release finishing in the
             # background, another task's call with the same owner=) lands first, or this

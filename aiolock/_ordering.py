@@ -4,7 +4,7 @@ API.md: calls of one holder that overlap in time behave as if made one after the
 acquire attempt computes the count it expects to reach from this client's bookkeeping, and
 the undo of a cut-off call assumes nothing else of the same holder ran in between; both hold
 only if a holder's round trips on one lock never overlap. So each attempt, release, rollback
-and fair-queue exit takes a turn in the line of its (lock key, holder field), in the order
+and fair-queue exit takes a turn in the line of its (lock key, holder), in the order
 the calls were made, and keeps it until its bookkeeping is settled.
 
 A turn can be handed to a background task (the completion of a call cut off by a cancel or

@@ -424,3 +424,20 @@ async def test_model_found_acquire_after_an_unnoticed_loss_is_undone_when_cancel
     assert await raw.exists(name) == 0
     with pytest.raises(aiolock.LockLostError):
         await lock.unlock()
+
+
+async def test_model_found_read_and_write_calls_of_one_owner_take_turns(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """Found by the model tests (on 3.13): lock(r) and lock(w) of one owner= at once ran
+    side by side, each in its own line; the write lock then waited for the owner's own read
+    hold. In the order made, the write lock is an upgrade: LockUpgradeError at once."""
+    rw = client.read_write_lock(name, owner="o")
+    read, write = rw.read_lock(), rw.write_lock()
+    results = await asyncio.wait_for(
+        asyncio.gather(read.lock(), write.lock(), return_exceptions=True), LIMIT
+    )
+    assert results[0] is None
+    assert isinstance(results[1], aiolock.LockUpgradeError)
+    await read.unlock()
+    assert await raw.exists(name) == 0

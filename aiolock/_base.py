@@ -238,7 +238,11 @@ class LockBase:
             # a newcomer (often the task that just released it) waits its turn. One ahead
             # that leaves without the lock passes its turn on (remove_waiter). The holder
             # itself re-enters at once: it is not competing for a lock it has.
-            holding = client._holds.holding(self._key, field)
+            # Nor does a call whose holder has another call under way: that one may take
+            # the lock, and no message would then wake this one to re-enter.
+            holding = client._holds.holding(self._key, field) or client._order.busy(
+                (self._key, holder)
+            )
             queue_behind = self._no_barging and sub.has_waiters() and not holding
             waiter = sub.add_waiter(shared=self._shared_waits)
             if queue_behind:

@@ -101,6 +101,10 @@ class CallOrder:
         if not self._lines and self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
+    def busy(self, key: Hashable) -> bool:
+        """Whether a call is under way in ``key``'s line."""
+        return key in self._lines
+
     def __len__(self) -> int:
         """How many lines have a call under way."""
         return len(self._lines)

@@ -1047,6 +1047,10 @@ def model_settings(request: pytest.FixtureRequest) -> settings:
         stateful_step_count=steps,
         deadline=None,
         database=None,  # nothing written into the repository
+        # The default run is CI's: the same examples every time, so a red CI is a change
+        # in the code, not a new draw finding one of the defects still open (see
+        # docs/reliability.md); --faults and AIOLOCK_MODEL_EXAMPLES hunts draw afresh.
+        derandomize=not faults and not os.environ.get("AIOLOCK_MODEL_EXAMPLES"),
         print_blob=True,  # a failure prints @reproduce_failure(...) to replay it
         suppress_health_check=[HealthCheck.too_slow],
     )

@@ -460,18 +460,7 @@ class LockBase:
                 count,
                 self._name,
             )
-            kind, extra = self._hold_kind(call.holder)
-            client._holds.acquired(
-                key=self._key,
-                field=call.field,
-                name=self._name,
-                holder=call.holder,
-                task=call.task,
-                count=count,
-                lease_ms=client._lease_ms,
-                kind=kind,
-                extra=extra,
-            )
+            self._won(call, count, lease_ms=client._lease_ms)
 
     def _undo_later(self, ticket: Ticket, call: _Attempt, target: int, tombstone: str) -> None:
         client = self._client
@@ -484,7 +473,8 @@ class LockBase:
             ),
         )
 
-    def _won(self, call: _Attempt, count: int) -> None:
+    def _won(self, call: _Attempt, count: int, *, lease_ms: int | None = None) -> None:
+        """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease."""
         kind, extra = self._hold_kind(call.holder)
         self._client._holds.acquired(
             key=self._key,
@@ -493,7 +483,7 @@ class LockBase:
             holder=call.holder,
             task=call.task,
             count=count,
-            lease_ms=call.won_lease,
+            lease_ms=call.won_lease if lease_ms is None else lease_ms,
             kind=kind,
             extra=extra,
         )

@@ -709,6 +709,7 @@ class LockBase:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
         mark = cancel_mark()
         self._client._check_open()
+        sent_at = self._client._holds.clock()
         try:
             deleted = await self._force_once()
         except ResponseError as exc:
@@ -716,7 +717,9 @@ class LockBase:
         if deleted:
             # Only what was deleted is lost (a read-write lock's force_unlock() of the other
             # mode deletes nothing, and this client's holds on it stay valid).
-            self._client._holds.mark_key_lost(self._key, "force_unlock() deleted it")
+            self._client._holds.mark_key_lost(
+                self._key, "force_unlock() deleted it", begun_by=sent_at
+            )
         if cancelled_since(mark):
             raise asyncio.CancelledError
         return deleted

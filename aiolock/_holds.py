@@ -45,6 +45,9 @@ class Hold:
     extra: str = ""
     # The task it belongs to (None with owner=): its end stops the renewal.
     task: asyncio.Task[Any] | None = None
+    # When this client last saw the hold begin (from a count of 0, or afresh after a loss),
+    # on the registry's clock: a force_unlock() sent after that moment deleted it.
+    since: int = 0
 
     @property
     def count(self) -> int:
@@ -68,10 +71,12 @@ class Hold:
 class HoldRegistry:
     """Every hold of one client, and the link to its renewal service."""
 
-    __slots__ = ("_by_task", "_holds", "_renewal")
+    __slots__ = ("_by_task", "_clock", "_holds", "_renewal")
 
     def __init__(self, renewal: RenewalService) -> None:
         self._renewal = renewal
+        # Counts the holds begun; see Hold.since.
+        self._clock = 0
         self._holds: dict[tuple[str, str], Hold] = {}
         self._by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], set[Hold]] = (
             weakref.WeakKeyDictionary()
@@ -96,6 +101,14 @@ class HoldRegistry:
     def __len__(self) -> int:
         return len(self._holds)
 
+    def clock(self) -> int:
+        """Now, on the clock of Hold.since: every hold begun later has a greater ``since``."""
+        return self._clock
+
+    def _begin(self, hold: Hold) -> None:
+        self._clock += 1
+        hold.since = self._clock
+
     def acquired(
         self,
         *,
@@ -117,6 +130,9 @@ class HoldRegistry:
             )
             if task is not None:
                 self._watch_task(task, hold)
+            self._begin(hold)
+        elif hold.lost is not None or hold.count + 1 != count:
+            self._begin(hold)
         if hold.lost is not None or hold.count + 1 != count:
             if hold.count:
                 log.warning(
@@ -165,10 +181,15 @@ class HoldRegistry:
             hold.lost = why
         self._renewal.untrack(hold)
 
-    def mark_key_lost(self, key: str, why: str) -> None:
-        """Every local hold on ``key`` is gone (force_unlock)."""
+    def mark_key_lost(self, key: str, why: str, *, begun_by: int) -> None:
+        """Mark lost every local hold on ``key`` begun by ``begun_by`` (a ``clock()``).
+
+        A force_unlock() sent at that moment deleted them. A hold begun later may have
+        been taken after the deletion and is left alone; if the deletion took it too, the
+        watchdog or its unlock() finds and reports that.
+        """
         for hold in list(self._holds.values()):
-            if hold.key == key:
+            if hold.key == key and hold.since <= begun_by:
                 self.mark_lost(hold, why)
 
     def _watch_task(self, task: asyncio.Task[Any], hold: Hold) -> None:

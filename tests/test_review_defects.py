@@ -441,3 +441,27 @@ async def test_model_found_read_and_write_calls_of_one_owner_take_turns(
     assert isinstance(results[1], aiolock.LockUpgradeError)
     await read.unlock()
     assert await raw.exists(name) == 0
+
+
+async def test_model_found_force_unlock_marks_lost_only_the_holds_it_deleted(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """Found in review after the model tests: force_unlock() marked every hold of its client
+    on the lock lost when its reply came, including one another holder took after the
+    deletion (while the reply was on its way). That hold then lost its watchdog renewal and
+    its unlock() raised LockLostError. Only holds begun before the call are marked now."""
+    client, gate = gated
+    before, after = client.lock(name, owner="before"), client.lock(name, owner="after")
+    await before.lock()
+    await raw.script_load(load_script("lock_force_unlock").text)
+    gate.arm("lock_force_unlock")
+    force = asyncio.create_task(client.lock(name).force_unlock())
+    await asyncio.wait_for(gate.sent.wait(), LIMIT)
+    # The force ran on the server; its reply is held back. Another holder takes the lock.
+    assert await after.try_lock(wait=0)
+    gate.release.set()
+    assert await asyncio.wait_for(force, LIMIT)
+    with pytest.raises(aiolock.LockLostError):
+        await before.unlock()
+    await after.unlock()
+    assert await raw.exists(name) == 0

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import traceback
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection
 
 import aiolock
 from aiolock.testing import ServerHandle, redis_server
@@ -33,6 +36,41 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 # Tombstones of cancelled acquires outlive the test by design (they expire on their own
 # after a few seconds); they are not lock state.
 _TRANSIENT_PREFIXES = ("aiolock_acquire_cancel:",)
+
+
+# Every asyncio connection redis-py makes in this process, with where it was made: a test
+# that ends with one still open leaked it (its client's aclose() missed it), which would
+# otherwise surface only as a ResourceWarning in whichever later test the GC runs in.
+_connections: weakref.WeakKeyDictionary[AbstractConnection, traceback.StackSummary] = (
+    weakref.WeakKeyDictionary()
+)
+_connection_init = AbstractConnection.__init__
+
+
+def _tracked_init(self: AbstractConnection, *args: Any, **kwargs: Any) -> None:
+    _connection_init(self, *args, **kwargs)
+    _connections[self] = traceback.extract_stack(limit=25)
+
+
+AbstractConnection.__init__ = _tracked_init  # type: ignore[method-assign]
+
+
+@pytest.fixture(autouse=True)
+def _no_open_connections() -> Iterator[None]:
+    """No test leaves a redis connection open once its fixtures are torn down."""
+    yield
+    open_now = [(conn, stack) for conn, stack in list(_connections.items()) if conn.is_connected]
+    for conn, _ in open_now:
+        # Reported once: close the socket so later tests do not see it again.
+        writer = conn._writer
+        if writer is not None:
+            writer.transport.abort()
+        conn._reader = conn._writer = None
+    if open_now:
+        where = "".join(traceback.format_list(open_now[0][1]))
+        pytest.fail(
+            f"{len(open_now)} redis connection(s) left open; the first was made at:\n{where}"
+        )
 
 
 @pytest.fixture(scope="session")

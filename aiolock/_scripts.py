@@ -13,12 +13,13 @@ import asyncio
 import hashlib
 import logging
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._lua import read_script
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -33,7 +34,7 @@ log = logging.getLogger("aiolock")
 
 @dataclass(frozen=True, slots=True)
 class Script:
-    """One Lua file: its name, text and SHA-1 (computed locally, never asked of the server)."""
+    """One Lua script: its name, assembled text and SHA-1 (computed here, never by the server)."""
 
     name: str
     text: str
@@ -47,11 +48,14 @@ _cache: dict[str, Script] = {}
 
 
 def load_script(name: str) -> Script:
-    """Return the script ``aiolock/lua/<name>.lua``, read from the installed package once."""
+    """Return the script ``aiolock/lua/<name>.lua``, read from the installed package once.
+
+    Its text is the file with its ``--@include`` lines replaced by the fragments they name
+    (see :mod:`aiolock._lua`): one self-contained script, and the SHA-1 is the text's.
+    """
     script = _cache.get(name)
     if script is None:
-        text = (resources.files("aiolock") / "lua" / f"{name}.lua").read_text("utf-8")
-        script = _cache[name] = Script(name, text)
+        script = _cache[name] = Script(name, read_script(name))
     return script
 
 

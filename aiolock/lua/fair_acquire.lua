@@ -30,22 +30,15 @@
 --   PTTL while it is held (-1: no expiry), else (free, but the head is another waiter that
 --   is about to take it, or is dead and purged at its deadline) the head's deadline from
 --   now, capped by ARGV[7]. Redisson returns 0 there, and its waiters spin.
+
+--@include fair_purge
+
 if redis.call('exists', KEYS[4]) == 1 then
     return {-1, 0}
 end
 local now = tonumber(ARGV[4])
-while true do
-    local head = redis.call('lindex', KEYS[2], 0)
-    if not head then
-        break
-    end
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    if deadline == nil or deadline > now then
-        break
-    end
-    redis.call('zrem', KEYS[3], head)
-    redis.call('lpop', KEYS[2])
-end
+local expired = expired_waiters(now)
+pop_waiters(expired)
 
 local count = redis.call('hget', KEYS[1], ARGV[2])
 if count and tonumber(count) ~= tonumber(ARGV[5]) and tonumber(count) ~= tonumber(ARGV[5]) - 1 then

@@ -17,32 +17,18 @@
 -- Everything is read before anything is written, and the message is published first: a
 -- refused PUBLISH (ACL) then fails the script with nothing changed. Subscribers receive it
 -- after the script either way, and the state stored is the same as in Redisson's order.
+
+--@include fair_purge
+
 local kind = redis.call('type', KEYS[1]).ok
 if kind ~= 'hash' and kind ~= 'none' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
 end
--- The purge, read-only: the expired waiters at the head, and the head left after them.
-local now = tonumber(ARGV[2])
-local expired, seen = {}, {}
-local head = redis.call('lindex', KEYS[2], 0)
-while head do
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    -- A popped id has no deadline left: the purge would stop at a second copy of it.
-    if deadline == nil or deadline > now or seen[head] then
-        break
-    end
-    expired[#expired + 1] = head
-    seen[head] = true
-    head = redis.call('lindex', KEYS[2], #expired)
-end
-
+local expired, head = expired_waiters(tonumber(ARGV[2]))
 if kind == 'hash' and head then
     redis.call(ARGV[3], KEYS[4] .. ':' .. head, ARGV[1])
 end
-for i = 1, #expired do
-    redis.call('zrem', KEYS[3], expired[i])
-    redis.call('lpop', KEYS[2])
-end
+pop_waiters(expired)
 if kind == 'none' then
     return 0
 end

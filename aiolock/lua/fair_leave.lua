@@ -23,57 +23,14 @@
 -- Everything is decided before anything is written, and the message is published first:
 -- a refused PUBLISH (ACL) then fails the script with nothing changed. Subscribers receive
 -- it after the script either way, and the state stored is the same as in the order above.
-local queue = redis.call('lrange', KEYS[2], 0, -1)
-local at = 1
-while at <= #queue and queue[at] ~= ARGV[1] do
-    at = at + 1
-end
-if at > #queue then
-    -- Not queued; drop a stray deadline all the same, as Redisson does.
-    redis.call('zrem', KEYS[3], ARGV[1])
-    return 0
-end
-local w = tonumber(ARGV[2])
-local now = tonumber(ARGV[3])
 
--- The queue once the holder has left it, with what each waiter behind it moves up by...
-local moved = {}
-for i = at + 1, #queue do
-    moved[queue[i]] = (moved[queue[i]] or 0) + w
-end
-local rest = {}
-for i = 1, #queue do
-    if queue[i] ~= ARGV[1] then
-        rest[#rest + 1] = queue[i]
-    end
-end
--- ... then the purge, read-only: how many expired waiters it pops from the head.
-local popped, seen = 0, {}
-while popped < #rest do
-    local id = rest[popped + 1]
-    local deadline = tonumber(redis.call('zscore', KEYS[3], id))
-    if moved[id] then
-        deadline = (deadline or 0) - moved[id]
-    end
-    -- A popped id has no deadline left: the purge would stop at a second copy of it.
-    if deadline == nil or deadline > now or seen[id] then
-        break
-    end
-    seen[id] = true
-    popped = popped + 1
-end
-local head = rest[popped + 1]
-if (at == 1 or popped > 0) and head and redis.call('exists', KEYS[1]) == 0 then
+--@include fair_purge
+--@include fair_leave_queue
+
+local function wake(head)
     redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[4])
 end
-
-for i = at + 1, #queue do
-    redis.call('zincrby', KEYS[3], -w, queue[i])
+if leave_queue(ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), wake) then
+    return 1
 end
-redis.call('zrem', KEYS[3], ARGV[1])
-redis.call('lrem', KEYS[2], 0, ARGV[1])
-for i = 1, popped do
-    redis.call('zrem', KEYS[3], rest[i])
-    redis.call('lpop', KEYS[2])
-end
-return 1
+return 0

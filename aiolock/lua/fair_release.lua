@@ -29,55 +29,36 @@
 -- refused PUBLISH (ACL) then fails the script with the hold still there, as the caller's
 -- bookkeeping assumes after an error. Subscribers receive it after the script either
 -- way, and the state stored is the same as in Redisson's order.
-local done = redis.call('get', KEYS[5])
-if done then
-    return tonumber(done)
-end
--- The purge, read-only: the expired waiters at the head, and the head left after them.
-local now = tonumber(ARGV[4])
-local expired, seen = {}, {}
-local head = redis.call('lindex', KEYS[2], 0)
-while head do
-    local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-    -- A popped id has no deadline left: the purge would stop at a second copy of it.
-    if deadline == nil or deadline > now or seen[head] then
-        break
-    end
-    expired[#expired + 1] = head
-    seen[head] = true
-    head = redis.call('lindex', KEYS[2], #expired)
-end
-local function purge()
-    for i = 1, #expired do
-        redis.call('zrem', KEYS[3], expired[i])
-        redis.call('lpop', KEYS[2])
-    end
-end
-local function wake_head()
-    if head then
-        redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[1])
-    end
-end
 
-if redis.call('exists', KEYS[1]) == 0 then
+--@include fair_purge
+--@include latch
+
+local function release()
+    local expired, head = expired_waiters(tonumber(ARGV[4]))
+    local function wake_head()
+        if head then
+            redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[1])
+        end
+    end
+    if redis.call('exists', KEYS[1]) == 0 then
+        wake_head()
+        pop_waiters(expired)
+        return nil
+    end
+    local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
+    if not count then
+        pop_waiters(expired)
+        return nil
+    end
+    if count > 1 then
+        pop_waiters(expired)
+        redis.call('hincrby', KEYS[1], ARGV[3], -1)
+        redis.call('pexpire', KEYS[1], ARGV[2])
+        return 0
+    end
     wake_head()
-    purge()
-    return nil
+    pop_waiters(expired)
+    redis.call('del', KEYS[1])
+    return 1
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-if not count then
-    purge()
-    return nil
-end
-if count > 1 then
-    purge()
-    redis.call('hincrby', KEYS[1], ARGV[3], -1)
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[5], 0, 'px', ARGV[6])
-    return 0
-end
-wake_head()
-purge()
-redis.call('del', KEYS[1])
-redis.call('set', KEYS[5], 1, 'px', ARGV[6])
-return 1
+return latched(KEYS[5], ARGV[6], release)

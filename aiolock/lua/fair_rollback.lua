@@ -30,6 +30,10 @@
 -- a refused PUBLISH (ACL) then fails the script with nothing changed, not even the
 -- tombstone. Subscribers receive the message after the script either way, and the state
 -- stored is the same as in the order above.
+
+--@include fair_purge
+--@include fair_leave_queue
+
 local now = tonumber(ARGV[5])
 local function tombstone()
     redis.call('set', KEYS[5], 1, 'px', ARGV[8])
@@ -46,85 +50,18 @@ if count and tonumber(count) == tonumber(ARGV[2]) then
         redis.call('pexpire', KEYS[1], ARGV[3])
         return 1
     end
-    -- The purge, read-only: the expired waiters at the head, and the head left after them.
-    local expired, seen = {}, {}
-    local head = redis.call('lindex', KEYS[2], 0)
-    while head do
-        local deadline = tonumber(redis.call('zscore', KEYS[3], head))
-        -- A popped id has no deadline left: the purge would stop at a second copy of it.
-        if deadline == nil or deadline > now or seen[head] then
-            break
-        end
-        expired[#expired + 1] = head
-        seen[head] = true
-        head = redis.call('lindex', KEYS[2], #expired)
-    end
+    local expired, head = expired_waiters(now)
     if head then
         wake(head)
     end
     tombstone()
     redis.call('del', KEYS[1])
-    for i = 1, #expired do
-        redis.call('zrem', KEYS[3], expired[i])
-        redis.call('lpop', KEYS[2])
-    end
+    pop_waiters(expired)
     return 1
 end
 if ARGV[9] ~= '1' then
     tombstone()
     return 0
 end
-
-local queue = redis.call('lrange', KEYS[2], 0, -1)
-local at = 1
-while at <= #queue and queue[at] ~= ARGV[1] do
-    at = at + 1
-end
-if at > #queue then
-    -- Not queued; drop a stray deadline all the same, as Redisson does.
-    tombstone()
-    redis.call('zrem', KEYS[3], ARGV[1])
-    return 0
-end
--- Leaving the queue as fair_leave.lua does: the queue once the holder has left it, with
--- what each waiter behind it moves up by, then how many expired waiters the purge pops.
-local w = tonumber(ARGV[4])
-local moved = {}
-for i = at + 1, #queue do
-    moved[queue[i]] = (moved[queue[i]] or 0) + w
-end
-local rest = {}
-for i = 1, #queue do
-    if queue[i] ~= ARGV[1] then
-        rest[#rest + 1] = queue[i]
-    end
-end
-local popped, seen = 0, {}
-while popped < #rest do
-    local id = rest[popped + 1]
-    local deadline = tonumber(redis.call('zscore', KEYS[3], id))
-    if moved[id] then
-        deadline = (deadline or 0) - moved[id]
-    end
-    if deadline == nil or deadline > now or seen[id] then
-        break
-    end
-    seen[id] = true
-    popped = popped + 1
-end
-local head = rest[popped + 1]
-if (at == 1 or popped > 0) and head and redis.call('exists', KEYS[1]) == 0 then
-    wake(head)
-end
-
-tombstone()
-for i = at + 1, #queue do
-    redis.call('zincrby', KEYS[3], -w, queue[i])
-end
-redis.call('zrem', KEYS[3], ARGV[1])
-redis.call('lrem', KEYS[2], 0, ARGV[1])
-for i = 1, popped do
-    redis.call('zrem', KEYS[3], rest[i])
-    redis.call('lpop', KEYS[2])
-end
+leave_queue(ARGV[1], tonumber(ARGV[4]), now, wake, tombstone)
 return 0

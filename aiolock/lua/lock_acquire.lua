@@ -17,13 +17,12 @@
 -- count twice. A hold is only ever taken from ARGV[3] - 1, so a rollback that finds the
 -- target count knows this call took it. The stored state is exactly Redisson's; only the
 -- return value carries more.
-local count = redis.call('hget', KEYS[1], ARGV[2])
-if count and tonumber(count) == tonumber(ARGV[3]) then
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, tonumber(count)}
-end
-if (tonumber(count) or 0) ~= tonumber(ARGV[3]) - 1 then
-    return {-2, tonumber(count) or 0}
+
+--@include settled
+
+local reply, count = settled(KEYS[1], ARGV[2], ARGV[3], ARGV[1])
+if reply then
+    return reply
 end
 if not count and redis.call('exists', KEYS[1]) == 1 then
     return {0, redis.call('pttl', KEYS[1])}

@@ -16,21 +16,16 @@
 -- The message is published before anything is written: a refused PUBLISH (ACL) then fails
 -- the script with the hold still there, as the caller's bookkeeping assumes after an
 -- error. Subscribers receive it after the script either way.
-local done = redis.call('get', KEYS[3])
-if done then
-    return tonumber(done)
+
+--@include latch
+--@include hold
+
+local function free()
+    redis.call(ARGV[4], KEYS[2], ARGV[1])
+    redis.call('del', KEYS[1])
+    return 1
 end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-if not count then
-    return nil
+local function release()
+    return release_hold(KEYS[1], ARGV[3], ARGV[2], free)
 end
-if count > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[3], -1)
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
-    return 0
-end
-redis.call(ARGV[4], KEYS[2], ARGV[1])
-redis.call('del', KEYS[1])
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-return 1
+return latched(KEYS[3], ARGV[5], release)

@@ -8,14 +8,14 @@
 -- 0 if its hold is gone (the lease ran out or was taken), so the caller marks it lost.
 -- A key that now holds another type counts as gone (pcall): one such key must not fail
 -- the renewal of the other locks in its batch.
-local renewed = {}
-for i = 1, #KEYS do
-    local held = redis.pcall('hexists', KEYS[i], ARGV[i + 1])
-    if held == 1 then
-        redis.call('pexpire', KEYS[i], ARGV[1])
-        renewed[i] = 1
-    else
-        renewed[i] = 0
+
+--@include renew
+
+local function renew(i)
+    if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) ~= 1 then
+        return false
     end
+    redis.call('pexpire', KEYS[i], ARGV[1])
+    return true
 end
-return renewed
+return renew_each(#KEYS, renew)

@@ -15,17 +15,15 @@
 -- send buffered on a dead connection) that reaches the server later takes nothing. The
 -- message is published before anything is written, so that a refused PUBLISH changes
 -- nothing.
-local count = redis.call('hget', KEYS[1], ARGV[1])
-if not count or tonumber(count) ~= tonumber(ARGV[2]) then
-    redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-    return 0
-end
-if tonumber(count) > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[1], -1)
-    redis.call('pexpire', KEYS[1], ARGV[3])
-else
+
+--@include hold
+--@include rollback
+
+local function free()
     redis.call(ARGV[4], KEYS[2], '0')
     redis.call('del', KEYS[1])
 end
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-return 1
+local function give_back()
+    release_hold(KEYS[1], ARGV[1], ARGV[3], free)
+end
+return rolled_back(KEYS[1], ARGV[1], ARGV[2], KEYS[3], ARGV[5], give_back)

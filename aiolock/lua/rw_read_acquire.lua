@@ -21,28 +21,24 @@
 -- readers. ARGV[4] makes a resend idempotent: if the first send already took the hold,
 -- the field equals the target and nothing is taken twice. Only the reply carries more
 -- than Redisson's; the stored state is exactly Redisson's.
-if redis.call('exists', KEYS[3]) == 1 then
-    return {-1, 0}
+
+--@include settled
+--@include rw_acquire
+
+local function take(mode)
+    if mode == false then
+        redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
+        redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, 1}
+    end
+    if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
+        local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
+        local ttl = redis.call('pttl', KEYS[1])
+        redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
+        return {1, n}
+    end
+    return {0, redis.call('pttl', KEYS[1])}
 end
-local count = redis.call('hget', KEYS[1], ARGV[2])
-if count and tonumber(count) == tonumber(ARGV[4]) then
-    return {1, tonumber(count)}
-end
-if (tonumber(count) or 0) ~= tonumber(ARGV[4]) - 1 then
-    return {-2, tonumber(count) or 0}
-end
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-    redis.call('hset', KEYS[1], 'mode', 'read', ARGV[2], 1)
-    redis.call('set', KEYS[2] .. ':1', 1, 'px', ARGV[1])
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, 1}
-end
-if mode == 'read' or (mode == 'write' and redis.call('hexists', KEYS[1], ARGV[3]) == 1) then
-    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('set', KEYS[2] .. ':' .. n, 1, 'px', ARGV[1])
-    local ttl = redis.call('pttl', KEYS[1])
-    redis.call('pexpire', KEYS[1], math.max(ttl, tonumber(ARGV[1])))
-    return {1, n}
-end
-return {0, redis.call('pttl', KEYS[1])}
+return rw_acquire(KEYS[3], ARGV[2], ARGV[4], take)

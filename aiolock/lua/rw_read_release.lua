@@ -31,63 +31,24 @@
 -- a refused PUBLISH (ACL) then fails the script with the hold still there, as the
 -- caller's bookkeeping assumes after an error. Subscribers receive it after the script
 -- either way, and the state stored is the same as in Redisson's order.
-local done = redis.call('get', KEYS[5])
-if done then
-    return tonumber(done)
-end
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-    redis.call(ARGV[3], KEYS[2], ARGV[1])
-    return nil
-end
-local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
-if not held then
-    return nil
-end
-local count = held - 1
-local result = 0
-if count == 0 then
-    result = 1
-end
 
--- The hash once this hold is dropped: how many fields it keeps, and the longest lease
--- left among their timeout keys (this hold's own key is about to go, so it is skipped).
-local fields = redis.call('hgetall', KEYS[1])
-local kept = #fields / 2
-if count == 0 then
-    kept = kept - 1
-end
-local longest = -3
-if kept > 1 then
-    for i = 1, #fields, 2 do
-        local holds = tonumber(fields[i + 1])
-        if fields[i] == ARGV[2] then
-            holds = count
-        end
-        if holds then
-            for k = holds, 1, -1 do
-                local ttl = redis.call('pttl', KEYS[4] .. ':' .. fields[i] .. ':rwlock_timeout:' .. k)
-                longest = math.max(longest, ttl)
-            end
-        end
+--@include latch
+--@include rw_unlock_mode
+--@include rw_read_unlock
+
+local function release()
+    local mode = unlock_mode(ARGV[3], ARGV[1])
+    if not mode then
+        return nil
     end
+    local held = tonumber(redis.call('hget', KEYS[1], ARGV[2]))
+    if not held then
+        return nil
+    end
+    drop_read_hold(ARGV[2], held, mode, ARGV[3], ARGV[1])
+    if held == 1 then
+        return 1
+    end
+    return 0
 end
--- Freed unless live read holds remain, or a writer (this holder, downgrading) holds it.
-local frees = kept <= 1 or (longest <= 0 and mode ~= 'write')
-if frees then
-    redis.call(ARGV[3], KEYS[2], ARGV[1])
-end
-
-if count == 0 then
-    redis.call('hdel', KEYS[1], ARGV[2])
-else
-    redis.call('hincrby', KEYS[1], ARGV[2], -1)
-end
-redis.call('del', KEYS[3] .. ':' .. (count + 1))
-if frees then
-    redis.call('del', KEYS[1])
-elseif longest > 0 then
-    redis.call('pexpire', KEYS[1], longest)
-end
-redis.call('set', KEYS[5], result, 'px', ARGV[4])
-return result
+return latched(KEYS[5], ARGV[4], release)

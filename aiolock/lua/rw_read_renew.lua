@@ -16,8 +16,10 @@
 -- renewed every holder's: PR #7098). The hash TTL is raised to the lease but never
 -- lowered, so a longer explicit lease of another reader is not cut short. A key of
 -- another type counts as gone (pcall).
-local renewed = {}
-for i = 1, #KEYS / 2 do
+
+--@include renew
+
+local function renew(i)
     local key = KEYS[2 * i - 1]
     local count = redis.pcall('hget', key, ARGV[2 * i])
     local holds = nil
@@ -32,13 +34,9 @@ for i = 1, #KEYS / 2 do
             end
         end
     end
-    if alive then
-        if redis.call('pttl', key) < tonumber(ARGV[1]) then
-            redis.call('pexpire', key, ARGV[1])
-        end
-        renewed[i] = 1
-    else
-        renewed[i] = 0
+    if alive and redis.call('pttl', key) < tonumber(ARGV[1]) then
+        redis.call('pexpire', key, ARGV[1])
     end
+    return alive
 end
-return renewed
+return renew_each(#KEYS / 2, renew)

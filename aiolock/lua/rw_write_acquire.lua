@@ -15,26 +15,22 @@
 -- holder with only read holds is refused like anyone else (aiolock refuses that upgrade
 -- before calling). ARGV[3] makes a resend idempotent: a resend that finds the target count
 -- already there neither counts nor extends twice.
-if redis.call('exists', KEYS[2]) == 1 then
-    return {-1, 0}
+
+--@include settled
+--@include rw_acquire
+
+local function take(mode, count)
+    if mode == false then
+        redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
+        redis.call('pexpire', KEYS[1], ARGV[1])
+        return {1, 1}
+    end
+    if mode == 'write' and count then
+        local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+        local ttl = redis.call('pttl', KEYS[1])
+        redis.call('pexpire', KEYS[1], ttl + tonumber(ARGV[1]))
+        return {1, n}
+    end
+    return {0, redis.call('pttl', KEYS[1])}
 end
-local count = redis.call('hget', KEYS[1], ARGV[2])
-if count and tonumber(count) == tonumber(ARGV[3]) then
-    return {1, tonumber(count)}
-end
-if (tonumber(count) or 0) ~= tonumber(ARGV[3]) - 1 then
-    return {-2, tonumber(count) or 0}
-end
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-    redis.call('hset', KEYS[1], 'mode', 'write', ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
-    return {1, 1}
-end
-if mode == 'write' and count then
-    local n = redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    local ttl = redis.call('pttl', KEYS[1])
-    redis.call('pexpire', KEYS[1], ttl + tonumber(ARGV[1]))
-    return {1, n}
-end
-return {0, redis.call('pttl', KEYS[1])}
+return rw_acquire(KEYS[2], ARGV[2], ARGV[3], take)

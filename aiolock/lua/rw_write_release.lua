@@ -20,36 +20,19 @@
 -- The message is published before anything is written: a refused PUBLISH (ACL) then fails
 -- the script with the hold still there, as the caller's bookkeeping assumes after an
 -- error. Subscribers receive it after the script either way.
-local done = redis.call('get', KEYS[3])
-if done then
-    return tonumber(done)
+
+--@include latch
+--@include hold
+--@include rw_unlock_mode
+--@include rw_write_unlock
+
+local function free()
+    return free_write(ARGV[3], ARGV[4], ARGV[1])
 end
-local mode = redis.call('hget', KEYS[1], 'mode')
-if mode == false then
-    redis.call(ARGV[4], KEYS[2], ARGV[1])
-    return nil
+local function release()
+    if unlock_mode(ARGV[4], ARGV[1]) ~= 'write' then
+        return nil
+    end
+    return release_hold(KEYS[1], ARGV[3], ARGV[2], free)
 end
-if mode ~= 'write' then
-    return nil
-end
-local count = tonumber(redis.call('hget', KEYS[1], ARGV[3]))
-if not count then
-    return nil
-end
-if count > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[3], -1)
-    redis.call('pexpire', KEYS[1], ARGV[2])
-    redis.call('set', KEYS[3], 0, 'px', ARGV[5])
-    return 0
-end
-if redis.call('hlen', KEYS[1]) == 2 then
-    -- "mode" and this write field only: nothing holds the lock once the field goes.
-    redis.call(ARGV[4], KEYS[2], ARGV[1])
-    redis.call('del', KEYS[1])
-    redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-    return 1
-end
-redis.call('hdel', KEYS[1], ARGV[3])
-redis.call('hset', KEYS[1], 'mode', 'read')
-redis.call('set', KEYS[3], 2, 'px', ARGV[5])
-return 2
+return latched(KEYS[3], ARGV[5], release)

@@ -15,21 +15,15 @@
 -- has read holds), 0 if it had not. The tombstone is written either way, so a copy of the
 -- acquire that reaches the server later takes nothing. The message is published before
 -- anything is written, so that a refused PUBLISH changes nothing.
-local count = redis.call('hget', KEYS[1], ARGV[1])
-if not count or tonumber(count) ~= tonumber(ARGV[2]) then
-    redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-    return 0
+
+--@include hold
+--@include rollback
+--@include rw_write_unlock
+
+local function free()
+    free_write(ARGV[1], ARGV[4], '1')
 end
-if tonumber(count) > 1 then
-    redis.call('hincrby', KEYS[1], ARGV[1], -1)
-    redis.call('pexpire', KEYS[1], ARGV[3])
-elseif redis.call('hlen', KEYS[1]) == 2 then
-    -- "mode" and this write field only: nothing holds the lock once the field goes.
-    redis.call(ARGV[4], KEYS[2], '1')
-    redis.call('del', KEYS[1])
-else
-    redis.call('hdel', KEYS[1], ARGV[1])
-    redis.call('hset', KEYS[1], 'mode', 'read')
+local function give_back()
+    release_hold(KEYS[1], ARGV[1], ARGV[3], free)
 end
-redis.call('set', KEYS[3], 1, 'px', ARGV[5])
-return 1
+return rolled_back(KEYS[1], ARGV[1], ARGV[2], KEYS[3], ARGV[5], give_back)

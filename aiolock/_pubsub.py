@@ -258,6 +258,16 @@ class Dispatcher:
         self._ref(channel)
         return Subscription(self, channel)
 
+    def wake_shared(self, name: str) -> None:
+        """Wake every shared waiter on ``name`` and no exclusive one.
+
+        The lock went to read mode without a message: a write lock downgraded to its
+        holder's read holds.
+        """
+        channel = self._channels.get(name)
+        if channel is not None:
+            channel.wake(0)
+
     def release(self, channel: _Channel) -> None:
         """Drop one reference to ``channel``; unsubscribe a while after none is left."""
         channel.refs -= 1

@@ -171,7 +171,7 @@ async def test_one_connection_serves_every_waiter(
     for lock in holders:
         await lock.lock()
     waiters = [asyncio.create_task(client.lock(f"test:{uid}:{i % 3}").lock()) for i in range(10)]
-    await wait_until(lambda: sum(client._waiting.values()) == 10, what="ten waiting")
+    await wait_until(lambda: client._waiting.total() == 10, what="ten waiting")
     await wait_until(lambda: _all_confirmed(client), what="subscriptions confirmed")
     assert await _pubsub_clients(raw) == 1
     numsub = dict(await raw.pubsub_numsub(*(lock_channel(lock.name) for lock in holders)))

@@ -1045,7 +1045,7 @@ async def _cancel_in_flight(task: asyncio.Task[Any], gate: Gate) -> None:
 
 
 def _only_renewal_running(client: aiolock.Client) -> bool:
-    return client._background <= {client._renewal._task}
+    return client._background.tasks <= {client._renewal._task}
 
 
 @pytest.mark.parametrize("side", ["read", "write"])

@@ -104,8 +104,12 @@ class Client:
         self._runner = ScriptRunner(
             redis, retry_attempts=options.retry_attempts, retry_interval=options.retry_interval
         )
+        self._waiting = WaitingRoom()
         self._dispatcher = Dispatcher(
-            redis, subscribe_timeout=options.subscribe_timeout, spawn=self._background.spawn
+            redis,
+            self._waiting,
+            subscribe_timeout=options.subscribe_timeout,
+            spawn=self._background.spawn,
         )
         self._renewal = RenewalService(
             self._runner,
@@ -119,7 +123,6 @@ class Client:
         self._latches = LatchSweeper(self._runner, self._background.spawn)
         # Each holder's calls on each lock, one after the other (see _ordering.py).
         self._order = CallOrder()
-        self._waiting = WaitingRoom()
         self._engine = Engine(
             settings=self._settings,
             ids=HolderIds(self.id),
@@ -215,6 +218,7 @@ class Client:
             return
         engine.close()
         await self._renewal.aclose()
+        self._waiting.close()
         # Every waiter wakes and raises ClientClosedError; a call whose script is in
         # flight undoes a hold it gets (see Engine._attempt). Both end before the
         # connections close, and so do releases and rollbacks already under way.

@@ -44,10 +44,10 @@ if TYPE_CHECKING:
     from ._latches import LatchSweeper
     from ._ordering import CallOrder, Ticket
     from ._primitive import Invocation, Primitive
-    from ._pubsub import Dispatcher, Subscription, Waiter
+    from ._pubsub import Dispatcher, Subscription
     from ._renewal import RenewalService
     from ._scripts import ScriptRunner
-    from ._waiting import WaitingRoom
+    from ._waiting import Waiter, WaitingRoom
 
 __all__ = ("Engine",)
 
@@ -159,30 +159,32 @@ class Engine:
         # Others of this client already wait on this lock: join their subscription and
         # register before the first attempt, so no second attempt is needed to close the
         # race with a release published in between.
-        sub = None if wait == 0 else self._dispatcher.join(p.channel(holder))
+        channel = p.channel(holder)
+        room = self._waiting
+        sub = None if wait == 0 else self._dispatcher.join(channel)
         waiter = None
         if sub is not None:
             # No barging: local waiters are handed the lock in turn as it is released, so
             # a newcomer (often the task that just released it) waits its turn. One ahead
-            # that leaves without the lock passes its turn on (Subscription.remove_waiter).
-            # The holder itself re-enters at once: it is not competing for a lock it has.
+            # that leaves without the lock passes its turn on (WaitingRoom.remove). The
+            # holder itself re-enters at once: it is not competing for a lock it has.
             # Nor does a call whose holder has another call under way: that one may take
             # the lock, and no message would then wake this one to re-enter.
             holding = self._holds.holding(p.key, field) or self._order.busy((p.key, holder))
-            queue_behind = p.no_barging and sub.has_waiters() and not holding
-            waiter = sub.add_waiter(shared=p.shared_waits)
+            queue_behind = p.no_barging and room.has_waiters(channel) and not holding
+            waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
             if queue_behind:
-                return await self._wait(p, call, sub, waiter, self._waiting.lease_left_ms(p.key))
+                return await self._wait(p, call, sub, waiter, room.lease_left_ms(p.key))
         try:
             reply = await self._attempt(p, call)
         except BaseException:
             if sub is not None and waiter is not None:
-                sub.remove_waiter(waiter, leaving=True, mid_attempt=True)
+                room.remove(channel, waiter, leaving=True, mid_attempt=True)
                 sub.release()
             raise
         if reply.acquired or (deadline is not None and loop.time() >= deadline):
             if sub is not None and waiter is not None:
-                sub.remove_waiter(waiter, leaving=not reply.acquired)
+                room.remove(channel, waiter, leaving=not reply.acquired)
                 sub.release()
             if reply.acquired:
                 return True
@@ -206,9 +208,7 @@ class Engine:
                 loop = asyncio.get_running_loop()
                 remaining = None if call.deadline is None else call.deadline - loop.time()
                 try:
-                    sub = await self._dispatcher.subscribe(
-                        p.channel(call.holder), p.wake_count, remaining
-                    )
+                    sub = await self._dispatcher.subscribe(p.channel(call.holder), remaining)
                 except ResponseError as exc:
                     # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
                     raise script_error(p.name, p.key, exc) from exc
@@ -217,7 +217,8 @@ class Engine:
                     return False
                 waiter = None  # subscribed only now: attempt again before waiting
             try:
-                return await self._wait_subscribed(p, call, sub, waiter, ttl_ms)
+                # The subscription stays referenced (and so subscribed) while this waits.
+                return await self._wait_subscribed(p, call, waiter, ttl_ms)
             finally:
                 sub.release()
         except BaseException:
@@ -232,26 +233,23 @@ class Engine:
             waiting.leave(p.key, call.field)
 
     async def _wait_subscribed(
-        self,
-        p: Primitive,
-        call: Call,
-        sub: Subscription,
-        waiter: Waiter | None,
-        ttl_ms: int,
+        self, p: Primitive, call: Call, waiter: Waiter | None, ttl_ms: int
     ) -> bool:
         loop = asyncio.get_running_loop()
+        room = self._waiting
+        channel = p.channel(call.holder)
         while True:
             if waiter is None:
                 # Register before the attempt: a release published while the script is in
                 # flight then wakes this very waiter, so it is never missed.
-                waiter = sub.add_waiter(shared=p.shared_waits)
+                waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
                 try:
                     reply = await self._attempt(p, call)
                 except BaseException:
-                    sub.remove_waiter(waiter, leaving=True, mid_attempt=True)
+                    room.remove(channel, waiter, leaving=True, mid_attempt=True)
                     raise
                 if reply.acquired:
-                    sub.remove_waiter(waiter, leaving=False)
+                    room.remove(channel, waiter, leaving=False)
                     return True
                 ttl_ms = reply.ttl_ms
                 self._waiting.saw_lease(p.key, ttl_ms)
@@ -260,7 +258,7 @@ class Engine:
             if call.deadline is not None:
                 remaining = call.deadline - loop.time()
                 if remaining <= 0:
-                    sub.remove_waiter(waiter, leaving=True)
+                    room.remove(channel, waiter, leaving=True)
                     await self._give_up(p, call)
                     return False
                 bound = min(bound, remaining)
@@ -269,9 +267,9 @@ class Engine:
                 await waiter.wait(bound)
                 self.check_open()
             except BaseException:
-                sub.remove_waiter(waiter, leaving=True)
+                room.remove(channel, waiter, leaving=True)
                 raise
-            sub.remove_waiter(waiter, leaving=False)
+            room.remove(channel, waiter, leaving=False)
             waiter = None
 
     async def _give_up(self, p: Primitive, call: Call) -> None:
@@ -558,7 +556,7 @@ class Engine:
             # Nothing was published (as in Redisson: the wire must match), yet this
             # client's own readers can get in now: wake them here rather than after their
             # lease-bounded wait. Writers stay parked: the read holds left keep them out.
-            self._dispatcher.wake_shared(p.channel(holder))
+            self._waiting.wake_shared(p.channel(holder))
         if hold is not None:
             lost = hold.lost
             self._holds.released(hold, fully=result is not Release.KEPT)

@@ -15,14 +15,18 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ._config import check_name
-from ._pubsub import lock_wake_count
 
 if TYPE_CHECKING:
     from ._config import Settings
     from ._holds import HoldRegistry
     from ._scripts import Script
 
-__all__ = ("Call", "Invocation", "Primitive")
+__all__ = ("Call", "Invocation", "Primitive", "lock_wake_count")
+
+
+def lock_wake_count(data: bytes) -> int | None:
+    """Lock channels: ``0`` (unlock) wakes one waiter, ``1`` (write unlock) wakes all."""
+    return None if data == b"1" else 1
 
 
 class Invocation(NamedTuple):

@@ -10,7 +10,6 @@ from ._handle import LockHandle
 from ._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
 from ._lock import ExclusivePrimitive
 from ._primitive import Invocation, Primitive
-from ._pubsub import rwlock_wake_count
 from ._replies import as_int
 from ._scripts import load_script
 
@@ -26,6 +25,16 @@ __all__ = ("ReadLock", "ReadWriteLock", "WriteLock")
 _READ_UNLOCK = "0"
 #: Published by a write release (and a write force_unlock) that frees the lock.
 _WRITE_UNLOCK = "1"
+
+
+def rwlock_wake_count(data: bytes) -> int | None:
+    """Read-write lock channels: any message wakes every reader and one writer.
+
+    Both ``0`` (read unlock) and ``1`` (write unlock) are published only once the lock is
+    free. Every reader can then get in together, but only one writer: waking them all
+    would have every writer but one run its script for nothing.
+    """
+    return 1
 
 
 def _timeout_key_prefix(key: str) -> str:

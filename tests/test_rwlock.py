@@ -343,7 +343,7 @@ async def parked(client: aiolock.Client, name: str, count: int, scripts: Scripts
         return (
             channel is not None
             and channel.confirmed.is_set()
-            and len(channel.waiters) == count
+            and len(client._waiting.waiters(rwlock_channel(name))) == count
             and scripts.in_flight() == 0
         )
 

@@ -130,14 +130,23 @@ class Engine:
         self, p: Primitive, owner: str | None, wait: float | None, lease: float | None
     ) -> bool:
         """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out."""
+        return await self._guarded(lambda mark: self._acquire(p, owner, wait, lease, mark))
+
+    async def _guarded(self, call: Callable[[int], Awaitable[T]]) -> T:
+        """Run a public acquire or release under the rules every such call keeps.
+
+        It is counted as under way (aclose() waits for it), and its task's cancel mark is
+        taken first (see _cancel.py).
+        """
         mark = cancel_mark()
         self.check_open()
         self._background.call_started()
         try:
-            return await self._acquire(p, owner, wait, lease, mark)
+            return await call(mark)
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
-            # another error): the cancel wins, as it would have had it been delivered.
+            # another error): the cancel wins, as it would have had it been delivered. A
+            # release was made or is being completed (a loss was logged).
             if cancelled_since(mark):
                 raise asyncio.CancelledError from exc
             raise
@@ -414,19 +423,7 @@ class Engine:
 
     async def release(self, p: Primitive, owner: str | None) -> None:
         """Release one hold of ``owner`` (None: the calling task) on ``p``."""
-        mark = cancel_mark()
-        self.check_open()
-        self._background.call_started()
-        try:
-            await self._release(p, owner, mark)
-        except Exception as exc:
-            # As in acquire(): a cancel request that came while the call ran wins. The
-            # release itself was made or is being completed (a loss was logged).
-            if cancelled_since(mark):
-                raise asyncio.CancelledError from exc
-            raise
-        finally:
-            self._background.call_ended()
+        await self._guarded(lambda mark: self._release(p, owner, mark))
 
     async def _release(self, p: Primitive, owner: str | None, mark: int) -> None:
         holder, _ = self.holder(owner)
@@ -597,10 +594,18 @@ class Engine:
 
     async def query(self, p: Primitive, *args: str) -> Any:
         """Run one plain command about ``p``."""
+        return await self._one_shot(p, lambda: self._runner.command(*args))
+
+    async def ask(self, p: Primitive, invocation: Invocation) -> Any:
+        """Run a read-only script about ``p``."""
+        return await self._one_shot(p, lambda: self._run(invocation))
+
+    async def _one_shot(self, p: Primitive, send: Callable[[], Awaitable[T]]) -> T:
+        """A call that changes nothing: an error reply names ``p``, a cancel wins."""
         mark = cancel_mark()
         self.check_open()
         try:
-            reply = await self._runner.command(*args)
+            reply = await send()
         except ResponseError as exc:
             raise script_error(p.name, p.key, exc) from exc
         if cancelled_since(mark):
@@ -621,18 +626,6 @@ class Engine:
                     raise reply
                 raise error from reply
         return replies
-
-    async def ask(self, p: Primitive, invocation: Invocation) -> Any:
-        """Run a read-only script about ``p``, with the checks of query()."""
-        mark = cancel_mark()
-        self.check_open()
-        try:
-            reply = await self._run(invocation)
-        except ResponseError as exc:
-            raise script_error(p.name, p.key, exc) from exc
-        if cancelled_since(mark):
-            raise asyncio.CancelledError
-        return reply
 
     # -- plumbing -------------------------------------------------------------------------
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._base import LockStatistics as LockStatistics
 from ._client import Client as Client
 from ._exceptions import ClientClosedError as ClientClosedError
 from ._exceptions import LockError as LockError
@@ -13,6 +12,7 @@ from ._exceptions import LockNotOwnedError as LockNotOwnedError
 from ._exceptions import LockTimeoutError as LockTimeoutError
 from ._exceptions import LockUpgradeError as LockUpgradeError
 from ._fair_lock import FairLock as FairLock
+from ._handle import LockStatistics as LockStatistics
 from ._lock import Lock as Lock
 from ._rwlock import ReadLock as ReadLock
 from ._rwlock import ReadWriteLock as ReadWriteLock

@@ -10,7 +10,14 @@ import math
 from dataclasses import dataclass
 from datetime import timedelta
 
-__all__ = ("ClientOptions", "check_name", "check_owner", "lease_seconds", "wait_seconds")
+__all__ = (
+    "ClientOptions",
+    "Settings",
+    "check_name",
+    "check_owner",
+    "lease_seconds",
+    "wait_seconds",
+)
 
 TimeArg = float | int | timedelta | None
 
@@ -147,3 +154,29 @@ def _non_negative(value: object, arg: str) -> float:
     if seconds < 0:
         raise ValueError(f"{arg} must be >= 0 seconds, got {value!r}")
     return seconds
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the engine and the primitives derive from the options and the connection.
+
+    Times in ms are what the scripts take; ``ttl_cap`` and ``retry_interval`` are seconds.
+    """
+
+    #: The watchdog lease, and the lease of a hold whose lease is unknown.
+    lease_ms: int
+    #: How long every unlock latch and acquire tombstone lives: beyond every resend of
+    #: its call (see Client).
+    latch_ttl_ms: int
+    #: How long a cut-off call is resent in the background at most.
+    resend_window_ms: int
+    #: A wait for a lock without expiry (a foreign holder) is still bounded by this.
+    ttl_cap: float
+    #: W of a fair-lock wait without a wait of its own.
+    fair_wait_ms: int
+    #: The pause between resends.
+    retry_interval: float
+    #: Prepended to every lock name to make its key.
+    key_prefix: str = ""
+    #: The command that publishes from a script: PUBLISH (SPUBLISH on a sharded cluster).
+    publish: str = "PUBLISH"

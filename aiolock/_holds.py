@@ -13,12 +13,10 @@ import dataclasses
 import logging
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-
-    from ._renewal import RenewalService
 
 __all__ = ("Hold", "HoldRegistry")
 
@@ -68,12 +66,22 @@ class Hold:
         return last
 
 
+class Renewal(Protocol):
+    """What the registry needs of the watchdog (``_renewal.RenewalService``)."""
+
+    def track(self, hold: Hold) -> None:
+        """Renew ``hold`` from now on."""
+
+    def untrack(self, hold: Hold) -> None:
+        """Stop renewing ``hold``."""
+
+
 class HoldRegistry:
     """Every hold of one client, and the link to its renewal service."""
 
     __slots__ = ("_by_task", "_clock", "_holds", "_renewal")
 
-    def __init__(self, renewal: RenewalService) -> None:
+    def __init__(self, renewal: Renewal) -> None:
         self._renewal = renewal
         # Counts the holds begun; see Hold.since.
         self._clock = 0
@@ -90,6 +98,11 @@ class HoldRegistry:
         """Whether ``field`` holds ``key`` now, as far as this client knows."""
         hold = self._holds.get((key, field))
         return hold is not None and hold.count > 0 and hold.lost is None
+
+    def count(self, key: str, field: str) -> int:
+        """How many holds ``field`` has on ``key`` as this client believes (lost or not)."""
+        hold = self._holds.get((key, field))
+        return hold.count if hold is not None else 0
 
     def on_key(self, key: str) -> list[Hold]:
         """Every hold of this client on ``key``."""
@@ -180,6 +193,17 @@ class HoldRegistry:
         if hold.lost is None:
             hold.lost = why
         self._renewal.untrack(hold)
+
+    def report_lost(self, hold: Hold, why: str) -> None:
+        """A hold found gone on the server: log it once, then mark it lost."""
+        log.warning(
+            "aiolock: lock %r held by %s was lost (%s): mutual exclusion is no longer "
+            "guaranteed; its unlock() will raise LockLostError",
+            hold.name,
+            hold.holder,
+            why,
+        )
+        self.mark_lost(hold, why)
 
     def mark_key_lost(self, key: str, why: str, *, begun_by: int) -> None:
         """Mark lost every local hold on ``key`` begun by ``begun_by`` (a ``clock()``).

@@ -7,6 +7,7 @@ already has one), so all keys and channels of one object land in one Redis Clust
 from __future__ import annotations
 
 __all__ = (
+    "acquire_tombstone_key",
     "fair_channel_base",
     "fair_queue_key",
     "fair_timeout_key",
@@ -38,6 +39,11 @@ def lock_channel(name: str) -> str:
 def unlock_latch_key(name: str, request_id: str) -> str:
     """The per-unlock-call latch that makes a retried unlock replay, not decrement twice."""
     return f"{prefixed('redisson_unlock_latch', name)}:{request_id}"
+
+
+def acquire_tombstone_key(name: str, call_id: str) -> str:
+    """The per-attempt tombstone a rollback leaves, so a late copy of the attempt is void."""
+    return f"{prefixed('aiolock_acquire_cancel', name)}:{call_id}"
 
 
 def fair_queue_key(name: str) -> str:

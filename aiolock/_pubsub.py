@@ -1,9 +1,9 @@
-"""The client's ONE pub/sub connection and the waiters it wakes.
+"""The client's ONE pub/sub connection: reference-counted subscriptions and the reader.
 
-State changes (adding and removing waiters, counting subscribers, handling a message) are
-plain sync methods; the I/O (SUBSCRIBE/UNSUBSCRIBE, reading) happens at the edges. The
-dispatcher only ever *wakes* waiters; a woken waiter runs its acquire script again, so a
-spurious wake-up costs one round trip and a lost message costs at most one bounded wait.
+State changes (counting subscribers, handling a reply) are plain sync methods; the I/O
+(SUBSCRIBE/UNSUBSCRIBE, reading) happens at the edges. Every message goes to the waiting
+room (``_waiting.py``), which wakes the waiters it concerns; so does every (re)confirmed
+subscription, since messages published while it was down are lost.
 """
 
 from __future__ import annotations
@@ -20,18 +20,15 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._exceptions import ClientClosedError
+from ._waiting import wait_event
 
 if TYPE_CHECKING:
     from redis.asyncio import Redis
     from redis.asyncio.connection import AbstractConnection
 
-__all__ = (
-    "Dispatcher",
-    "Subscription",
-    "Waiter",
-    "lock_wake_count",
-    "rwlock_wake_count",
-)
+    from ._waiting import WaitingRoom
+
+__all__ = ("Dispatcher", "Subscription")
 
 log = logging.getLogger("aiolock")
 
@@ -42,101 +39,15 @@ _CLOSE_WAIT = 2.0
 _MIN_BACKOFF = 0.02
 _MAX_BACKOFF = 1.0
 
-#: How many exclusive local waiters a message wakes (``None``: all of them). Every message
-#: also wakes every shared waiter: what lets one of them in lets them all in.
-WakeCount = Callable[[bytes], "int | None"]
-
-
-def lock_wake_count(data: bytes) -> int | None:
-    """Lock channels: ``0`` (unlock) wakes one waiter, ``1`` (write unlock) wakes all."""
-    return None if data == b"1" else 1
-
-
-def rwlock_wake_count(data: bytes) -> int | None:
-    """Read-write lock channels: any message wakes every reader and one writer.
-
-    Both ``0`` (read unlock) and ``1`` (write unlock) are published only once the lock is
-    free. Every reader can then get in together, but only one writer: waking them all
-    would have every writer but one run its script for nothing.
-    """
-    return 1
-
-
-class Waiter:
-    """One wait of one task: a fresh one-shot event, never cleared or reused.
-
-    A *shared* waiter (a reader) is woken by every message; an exclusive one only when
-    the message's count reaches it.
-    """
-
-    __slots__ = ("event", "shared", "woken_by_message")
-
-    def __init__(self, *, shared: bool) -> None:
-        self.event = asyncio.Event()
-        self.shared = shared
-        self.woken_by_message = False
-
-    async def wait(self, limit: float | None) -> bool:
-        """Wait until woken or ``limit`` seconds passed; True if woken."""
-        return await wait_event(self.event, limit)
-
-
-async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
-    """Wait for ``event`` at most ``limit`` seconds (None: no limit); True if it is set."""
-    if event.is_set():
-        return True
-    if limit is not None and limit <= 0:
-        return False
-    try:
-        async with asyncio.timeout(limit):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
-
 
 class _Channel:
-    __slots__ = (
-        "confirmed",
-        "linger",
-        "name",
-        "refs",
-        "shared_waiters",
-        "waiters",
-        "wake_count",
-    )
+    __slots__ = ("confirmed", "linger", "name", "refs")
 
-    def __init__(self, name: str, wake_count: WakeCount) -> None:
+    def __init__(self, name: str) -> None:
         self.name = name
-        self.wake_count = wake_count
         self.refs = 0
         self.linger: asyncio.TimerHandle | None = None
-        # Insertion-ordered set: the longest-registered waiter is woken first.
-        self.waiters: dict[Waiter, None] = {}
-        self.shared_waiters = 0
         self.confirmed = asyncio.Event()
-
-    def wake(self, count: int | None, *, shared: bool = True) -> int:
-        """Wake up to ``count`` exclusive waiters (None: all), oldest first, and every shared one.
-
-        ``shared=False`` wakes exclusive waiters only. Returns how many exclusive ones woke.
-        """
-        # Shared waiters may sit anywhere in the order: then the whole list is walked.
-        walk_all = shared and self.shared_waiters > 0
-        woken = 0
-        for waiter in self.waiters:
-            full = count is not None and woken >= count
-            if full and not walk_all:
-                break
-            if waiter.event.is_set() or (waiter.shared and not shared):
-                continue
-            if not waiter.shared:
-                if full:
-                    continue
-                woken += 1
-            waiter.woken_by_message = True
-            waiter.event.set()
-        return woken
 
 
 class Subscription:
@@ -147,45 +58,6 @@ class Subscription:
     def __init__(self, dispatcher: Dispatcher, channel: _Channel) -> None:
         self._dispatcher = dispatcher
         self._channel = channel
-
-    def add_waiter(self, *, shared: bool = False) -> Waiter:
-        """Register a fresh waiter; messages from now on may wake it.
-
-        A ``shared`` waiter (a reader) is woken by every message, an exclusive one only
-        when the message's count reaches it.
-        """
-        channel = self._channel
-        waiter = Waiter(shared=shared)
-        channel.waiters[waiter] = None
-        if shared:
-            channel.shared_waiters += 1
-        if self._dispatcher.closed:
-            waiter.event.set()
-        return waiter
-
-    def has_waiters(self) -> bool:
-        """Whether other local waiters are registered on this channel."""
-        return bool(self._channel.waiters)
-
-    def remove_waiter(self, waiter: Waiter, *, leaving: bool, mid_attempt: bool = False) -> None:
-        """Unregister ``waiter``.
-
-        A waiter ``leaving`` without the lock (deadline, cancellation, error) passes its
-        turn to try on to the oldest exclusive waiter not woken yet. Newcomers that queued
-        behind it without trying (no barging) count on that turn; if the lock is free, no
-        release message will ever come to wake them. It has a turn if a wake-up reached
-        it, or if it leaves ``mid_attempt``: its acquire script was never answered, and the
-        lock may be free. A waiter whose attempt lost to a holder and that nothing woke
-        since has none to pass on: that holder's release wakes a waiter still here.
-        Readers pass theirs to a writer too, since writers queue behind readers.
-        """
-        channel = self._channel
-        if waiter in channel.waiters:
-            del channel.waiters[waiter]
-            if waiter.shared:
-                channel.shared_waiters -= 1
-        if leaving and (mid_attempt or waiter.woken_by_message):
-            channel.wake(1, shared=False)
 
     def release(self) -> None:
         """Drop this reference; the last one unsubscribes."""
@@ -203,6 +75,7 @@ class Dispatcher:
     def __init__(
         self,
         redis: Redis,
+        room: WaitingRoom,
         *,
         subscribe_timeout: float,
         spawn: Callable[[Any], asyncio.Task[Any]],
@@ -210,6 +83,8 @@ class Dispatcher:
         linger: float = 0.5,
     ) -> None:
         self._redis = redis
+        # Where messages and (re)confirmations go: it wakes the waiters they concern.
+        self._room = room
         self._linger = linger
         self._subscribe_timeout = subscribe_timeout
         self._spawn = spawn
@@ -232,11 +107,11 @@ class Dispatcher:
 
     # -- sync state changes -------------------------------------------------------------
 
-    def _acquire_channel(self, name: str, wake_count: WakeCount) -> tuple[_Channel, bool]:
+    def _acquire_channel(self, name: str) -> tuple[_Channel, bool]:
         channel = self._channels.get(name)
         is_new = channel is None
         if channel is None:
-            channel = self._channels[name] = _Channel(name, wake_count)
+            channel = self._channels[name] = _Channel(name)
         self._ref(channel)
         return channel, is_new
 
@@ -295,7 +170,7 @@ class Dispatcher:
             channel = self._channels.get(_text(reply[1]))
             if channel is not None:
                 data = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
-                channel.wake(channel.wake_count(data))
+                self._room.deliver(channel.name, data)
         elif kind in {"subscribe", "ssubscribe", "unsubscribe", "sunsubscribe"}:
             name = _text(reply[1])
             sent = self._sent.get(name)
@@ -310,13 +185,11 @@ class Dispatcher:
                 channel.confirmed.set()
                 # A (re)confirmed subscription may have missed messages: every waiter
                 # re-checks. On a first subscribe nobody waits yet, so this is free.
-                channel.wake(None)
+                self._room.wake_all(channel.name)
 
     # -- I/O at the edges ---------------------------------------------------------------
 
-    async def subscribe(
-        self, name: str, wake_count: WakeCount, limit: float | None
-    ) -> Subscription | None:
+    async def subscribe(self, name: str, limit: float | None) -> Subscription | None:
         """Subscribe to ``name`` (shared with other local waiters) and wait for the server.
 
         Returns None if ``limit`` (the caller's remaining wait) ran out first. Raises
@@ -325,7 +198,7 @@ class Dispatcher:
         """
         if self.closed:
             raise ClientClosedError
-        channel, is_new = self._acquire_channel(name, wake_count)
+        channel, is_new = self._acquire_channel(name)
         refusals = self._refusals
         try:
             if self._reader is None:
@@ -474,13 +347,15 @@ class Dispatcher:
                     self._refusal = None
 
     async def aclose(self) -> None:
-        """Wake every waiter (they raise ClientClosedError) and close the connection."""
+        """Release whoever waits in subscribe() and close the connection.
+
+        The client has closed the waiting room first: every waiter is awake already.
+        """
         self.closed = True
         for channel in self._channels.values():
             if channel.linger is not None:
                 channel.linger.cancel()
             channel.confirmed.set()
-            channel.wake(None)
         reader = self._reader
         if reader is None:
             return

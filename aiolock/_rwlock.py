@@ -2,24 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from redis.exceptions import ResponseError
-
-from ._base import LockBase
-from ._cancel import cancel_mark, cancelled_since
 from ._config import check_name, check_owner
 from ._exceptions import LockUpgradeError
+from ._handle import LockHandle
 from ._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
-from ._lock import ExclusiveLockBase
-from ._pubsub import rwlock_wake_count
-from ._scripts import AcquireReply, as_int, load_script
+from ._lock import ExclusivePrimitive
+from ._primitive import Invocation, Primitive
+from ._replies import as_int
+from ._scripts import load_script
 
 if TYPE_CHECKING:
-    from ._client import Client
-    from ._pubsub import WakeCount
-    from ._scripts import Script
+    from ._config import Settings
+    from ._engine import Engine
+    from ._holds import HoldRegistry
+    from ._primitive import Call
 
 __all__ = ("ReadLock", "ReadWriteLock", "WriteLock")
 
@@ -27,8 +25,16 @@ __all__ = ("ReadLock", "ReadWriteLock", "WriteLock")
 _READ_UNLOCK = "0"
 #: Published by a write release (and a write force_unlock) that frees the lock.
 _WRITE_UNLOCK = "1"
-#: rw_write_release.lua: the write hold is gone, the holder's read holds remain.
-_DOWNGRADED = 2
+
+
+def rwlock_wake_count(data: bytes) -> int | None:
+    """Read-write lock channels: any message wakes every reader and one writer.
+
+    Both ``0`` (read unlock) and ``1`` (write unlock) are published only once the lock is
+    free. Every reader can then get in together, but only one writer: waking them all
+    would have every writer but one run its script for nothing.
+    """
+    return 1
 
 
 def _timeout_key_prefix(key: str) -> str:
@@ -36,49 +42,107 @@ def _timeout_key_prefix(key: str) -> str:
     return key if "{" in key else f"{{{key}}}"
 
 
-class _Side(LockBase):
-    """What the two views share: the hash, the channel and the name's timeout-key prefix."""
+class _Side(Primitive):
+    """What the two sides share: the hash, the channel and the name's timeout-key prefix."""
 
-    __slots__ = ("_chan", "_tag")
+    __slots__ = ("chan", "tag")
 
-    _chan: str
-    _tag: str
+    mode: str
+    message: str
 
-    # Read and write waiters share the channel. Whatever Redisson publishes on it ("0" or
-    # "1"), this client wakes every local reader but only one local writer: the lock is
-    # free, and a writer that loses re-waits, bounded by the lease as every wait is.
-    _wake_count: WakeCount = staticmethod(rwlock_wake_count)
+    def __init__(self, settings: Settings, name: str) -> None:
+        super().__init__(settings, name)
+        self.chan = rwlock_channel(self.key)
+        self.tag = _timeout_key_prefix(self.key)
 
-    def __init__(self, client: Client, name: str, *, owner: str | None = None) -> None:
-        super().__init__(client, name, owner=owner)
-        self._chan = rwlock_channel(self._key)
-        self._tag = _timeout_key_prefix(self._key)
+    def channel(self, holder: str) -> str:
+        return self.chan
 
-    def _channel(self, holder: str) -> str:
-        return self._chan
+    def wake_count(self, data: bytes) -> int | None:
+        # Read and write waiters share the channel. Whatever Redisson publishes on it ("0"
+        # or "1"), this client wakes every local reader but only one local writer: the
+        # lock is free, and a writer that loses re-waits, bounded by the lease as ever.
+        return rwlock_wake_count(data)
 
-    async def _force(self, mode: str, message: str) -> bool:
-        raw = await self._run(
+    def force(self) -> Invocation:
+        return Invocation(
             load_script("rw_force_unlock"),
-            [self._key, self._chan, self._tag],
-            [mode, message, self._client._publish],
+            [self.key, self.chan, self.tag],
+            [self.mode, self.message, self.settings.publish],
         )
-        return as_int(raw) == 1
-
-    async def _ask(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
-        """Run a read-only query script, with the checks and error mapping of _query."""
-        mark = cancel_mark()
-        self._client._check_open()
-        try:
-            reply = await self._run(script, keys, args)
-        except ResponseError as exc:
-            raise self._script_error(exc) from exc
-        if cancelled_since(mark):
-            raise asyncio.CancelledError
-        return reply
 
 
-class ReadLock(_Side):
+class ReadPrimitive(_Side):
+    """The read side: a field per reader and one timeout key per read hold."""
+
+    __slots__ = ()
+
+    # Every wake-up reaches every waiting reader: when one reader can get in, they all can.
+    shared_waits = True
+    mode = "read"
+    message = _READ_UNLOCK
+
+    def hold_kind(self, holder: str) -> tuple[str, str]:
+        # The watchdog renews the hash and this holder's own per-hold timeout keys.
+        return "read", rwlock_timeout_prefix(self.key, holder)
+
+    def acquire(self, call: Call, target: int, tombstone: str) -> Invocation:
+        return Invocation(
+            load_script("rw_read_acquire"),
+            [self.key, rwlock_timeout_prefix(self.key, call.field), tombstone],
+            [call.lease_ms, call.field, write_holder(call.field), target],
+        )
+
+    def rollback(self, call: Call, target: int, tombstone: str, reapply_ms: int) -> Invocation:
+        s = self.settings
+        timeouts = rwlock_timeout_prefix(self.key, call.field)
+        return Invocation(
+            load_script("rw_read_rollback"),
+            [self.key, self.chan, timeouts, self.tag, tombstone],
+            [call.field, target, s.publish, s.latch_ttl_ms],
+        )
+
+    def release(self, field: str, reapply_ms: int, latch: str) -> Invocation:
+        # No lease is re-applied: the script recomputes the hash TTL from the timeout keys.
+        s = self.settings
+        timeouts = rwlock_timeout_prefix(self.key, field)
+        return Invocation(
+            load_script("rw_read_release"),
+            [self.key, self.chan, timeouts, self.tag, latch],
+            [_READ_UNLOCK, field, s.publish, s.latch_ttl_ms],
+        )
+
+    def is_locked(self) -> Invocation:
+        """Whether readers hold it: mode=read, or a writer that also took read holds."""
+        return Invocation(load_script("rw_read_is_locked"), [self.key], [])
+
+
+class WritePrimitive(_Side, ExclusivePrimitive):
+    """The write side: the ``<holder>:write`` field; a release may downgrade to reads."""
+
+    __slots__ = ()
+
+    # A write unlock wakes one local writer: without this the releasing task, trying at
+    # once, would re-take the lock before that writer could.
+    no_barging = True
+    mode = "write"
+    message = _WRITE_UNLOCK
+    acquire_script = "rw_write_acquire"
+    rollback_script = "rw_write_rollback"
+    release_script = "rw_write_release"
+    unlock_message = _WRITE_UNLOCK
+
+    def field(self, holder: str) -> str:
+        return write_holder(holder)
+
+    def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
+        # An upgrade waits for the holder's own read holds to go: it never succeeds
+        # (Redisson deadlocks until a lease runs out). This client knows every hold it has.
+        if holds.count(self.key, holder) and not holds.count(self.key, write_holder(holder)):
+            raise LockUpgradeError(self.name, holder)
+
+
+class ReadLock(LockHandle):
     """The shared side of a read-write lock: ``rw.read_lock()``.
 
     Any number of holders (tasks, clients, Java threads) hold it at once while no writer
@@ -89,48 +153,14 @@ class ReadLock(_Side):
 
     __slots__ = ()
 
-    # Every wake-up reaches every waiting reader: when one reader can get in, they all can.
-    _shared_waits = True
+    _p: ReadPrimitive
 
-    def _hold_kind(self, holder: str) -> tuple[str, str]:
-        # The watchdog renews the hash and this holder's own per-hold timeout keys.
-        return "read", rwlock_timeout_prefix(self._key, holder)
-
-    async def _try_once(
-        self, field: str, lease_ms: int, target: int, tombstone: str, *, wait: float | None
-    ) -> AcquireReply:
-        raw = await self._run(
-            load_script("rw_read_acquire"),
-            [self._key, rwlock_timeout_prefix(self._key, field), tombstone],
-            [lease_ms, field, write_holder(field), target],
-        )
-        return AcquireReply.decode(raw)
-
-    async def _rollback(self, field: str, target: int, tombstone: str) -> None:
-        client = self._client
-        await self._run(
-            load_script("rw_read_rollback"),
-            [self._key, self._chan, rwlock_timeout_prefix(self._key, field), self._tag, tombstone],
-            [field, target, client._publish, client._latch_ttl_ms],
-        )
-
-    async def _release_once(self, field: str, reapply_ms: int, latch: str) -> int | None:
-        # No lease is re-applied: the script recomputes the hash TTL from the timeout keys.
-        client = self._client
-        raw = await self._run(
-            load_script("rw_read_release"),
-            [self._key, self._chan, rwlock_timeout_prefix(self._key, field), self._tag, latch],
-            [_READ_UNLOCK, field, client._publish, client._latch_ttl_ms],
-        )
-        return as_int(raw)
-
-    async def _force_once(self) -> bool:
-        return await self._force("read", _READ_UNLOCK)
+    def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
+        super().__init__(engine, ReadPrimitive(engine.settings, name), owner=owner)
 
     async def is_locked(self) -> bool:
         """Whether readers hold it: mode=read, or a writer that also took read holds."""
-        raw = await self._ask(load_script("rw_read_is_locked"), [self._key], [])
-        return as_int(raw) == 1
+        return as_int(await self._engine.ask(self._p, self._p.is_locked())) == 1
 
     async def force_unlock(self) -> bool:
         """Delete the lock if it is in read mode, whoever holds it; True if it was.
@@ -141,7 +171,7 @@ class ReadLock(_Side):
         return await super().force_unlock()
 
 
-class WriteLock(_Side, ExclusiveLockBase):
+class WriteLock(LockHandle):
     """The exclusive side of a read-write lock: ``rw.write_lock()``.
 
     One holder at a time, and no reader but the writer itself; re-entrant (each re-entry
@@ -152,44 +182,8 @@ class WriteLock(_Side, ExclusiveLockBase):
 
     __slots__ = ()
 
-    # A write unlock wakes one local writer: without this the releasing task, trying at
-    # once, would re-take the lock before that writer could.
-    _no_barging = True
-    _acquire_script = "rw_write_acquire"
-    _rollback_script = "rw_write_rollback"
-    _release_script = "rw_write_release"
-    _unlock_message = _WRITE_UNLOCK
-
-    def _field(self, holder: str) -> str:
-        return write_holder(holder)
-
-    def _check_acquire(self, holder: str) -> None:
-        # An upgrade waits for the holder's own read holds to go: it never succeeds
-        # (Redisson deadlocks until a lease runs out). This client knows every hold it has.
-        holds = self._client._holds
-        read = holds.get(self._key, holder)
-        if read is None or not read.count:
-            return
-        write = holds.get(self._key, write_holder(holder))
-        if write is None or not write.count:
-            raise LockUpgradeError(self._name, holder)
-
-    async def _release_once(self, field: str, reapply_ms: int, latch: str) -> int | None:
-        client = self._client
-        raw = await super()._release_once(field, reapply_ms, latch)
-        if raw == _DOWNGRADED:
-            # Redisson publishes nothing here, and neither does aiolock (the wire must
-            # match). This client's own readers need no message: wake them directly, so
-            # they get in now instead of after their TTL-bounded wait. Writers stay
-            # parked: the read holds left keep them out.
-            channel = client._dispatcher._channels.get(self._chan)
-            if channel is not None:
-                channel.wake(0)
-            return 1
-        return raw
-
-    async def _force_once(self) -> bool:
-        return await self._force("write", _WRITE_UNLOCK)
+    def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
+        super().__init__(engine, WritePrimitive(engine.settings, name), owner=owner)
 
     async def is_locked(self) -> bool:
         """Whether a writer holds it (mode=write)."""
@@ -238,10 +232,10 @@ class ReadWriteLock:
     readers a writer can starve.
     """
 
-    __slots__ = ("__weakref__", "_client", "_name", "_owner")
+    __slots__ = ("__weakref__", "_engine", "_name", "_owner")
 
-    def __init__(self, client: Client, name: str, *, owner: str | None = None) -> None:
-        self._client = client
+    def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
+        self._engine = engine
         self._name = check_name(name)
         self._owner = check_owner(owner)
 
@@ -256,8 +250,8 @@ class ReadWriteLock:
 
     def read_lock(self) -> ReadLock:
         """The shared lock: many readers at once, no writer (but the reader's own)."""
-        return ReadLock(self._client, self._name, owner=self._owner)
+        return ReadLock(self._engine, self._name, owner=self._owner)
 
     def write_lock(self) -> WriteLock:
         """The exclusive lock: one writer, no reader (but its own)."""
-        return WriteLock(self._client, self._name, owner=self._owner)
+        return WriteLock(self._engine, self._name, owner=self._owner)

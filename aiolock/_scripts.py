@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from redis.asyncio import Redis
 
-__all__ = ("AcquireReply", "Script", "ScriptRunner", "load_script")
+__all__ = ("Script", "ScriptRunner", "load_script")
 
 T = TypeVar("T")
 log = logging.getLogger("aiolock")
@@ -57,43 +57,6 @@ def load_script(name: str) -> Script:
     if script is None:
         script = _cache[name] = Script(name, read_script(name))
     return script
-
-
-@dataclass(frozen=True, slots=True)
-class AcquireReply:
-    """Decoded reply of an acquire script.
-
-    ``acquired`` with ``count`` = the holder's reentrancy count after the call; otherwise
-    ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry), or ``stale``
-    with ``count`` = the holder's count on the server, which is not the one it believed
-    (nothing was taken).
-    """
-
-    acquired: bool
-    count: int = 0
-    ttl_ms: int = -1
-    stale: bool = False
-
-    @classmethod
-    def decode(cls, raw: Any) -> AcquireReply:
-        """Map the script's ``{status, value}`` pair to a reply.
-
-        Status -1 (the call's tombstone exists) only ever answers a late copy of a call
-        whose caller has gone, so nobody reads it: it decodes as "not acquired".
-        """
-        status, value = int(raw[0]), int(raw[1])
-        if status == 1:
-            return cls(acquired=True, count=value)
-        if status == -2:
-            return cls(acquired=False, stale=True, count=value)
-        return cls(acquired=False, ttl_ms=value if status == 0 else 0)
-
-
-def as_int(raw: Any) -> int | None:
-    """Decode an integer reply that may come as int, bytes or str (decode_responses)."""
-    if raw is None:
-        return None
-    return int(raw)
 
 
 class ScriptRunner:

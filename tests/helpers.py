@@ -110,7 +110,7 @@ def _settling(client: Any) -> set[Any]:
     The long-lived background tasks (renewal, pub/sub reader, latch sweeper) do not count.
     """
     lasting = {client._renewal._task, client._dispatcher._reader, client._latches._task}
-    return {task for task in client._background if task not in lasting}
+    return {task for task in client._background.tasks if task not in lasting}
 
 
 async def quiesce(client: Any, *, limit: float = 30.0) -> None:

@@ -239,7 +239,9 @@ def parked(client: aiolock.Client, name: str) -> bool:
     waiter. (The dispatcher's internals: no public call tells.)
     """
     return any(
-        name in channel_name and channel.confirmed.is_set() and bool(channel.waiters)
+        name in channel_name
+        and channel.confirmed.is_set()
+        and client._waiting.has_waiters(channel_name)
         for channel_name, channel in client._dispatcher._channels.items()
     )
 

@@ -50,7 +50,7 @@ async def test_acquire_cancelled_in_flight_leaves_lock_free(
 
 
 def _only_renewal_running(client: aiolock.Client) -> bool:
-    return client._background <= {client._renewal._task}
+    return client._background.tasks <= {client._renewal._task}
 
 
 async def _absent(raw: Redis, key: str) -> bool:
@@ -288,5 +288,5 @@ async def test_task_ending_with_more_holds_than_unlocks_in_flight_is_reported(
     assert len(client._renewal) == 0
     # One hold is left on the server, unrenewed: it expires with its lease.
     assert await raw.hvals(name) == ["1"]
-    assert 0 < await raw.pttl(name) <= client._lease_ms
+    assert 0 < await raw.pttl(name) <= client._settings.lease_ms
     await raw.delete(name)

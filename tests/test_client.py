@@ -75,10 +75,10 @@ async def test_aclose_right_after_a_background_task_ended(client: aiolock.Client
     async def job() -> None:
         return None
 
-    task = client._spawn(job())
+    task = client._background.spawn(job())
     await asyncio.sleep(0)  # job ends in this loop iteration; its done-callback runs in the next
     assert task.done()
-    assert task in client._background
+    assert task in client._background.tasks
     await client.aclose()
     assert not client._background
 

@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 import aiolock
+from aiolock._primitive import Call
 from aiolock._scripts import load_script
 
 from .conftest import ClientFactory
@@ -155,7 +156,7 @@ async def no_queue(raw: Redis, name: str) -> bool:
 
 def cleanup_done(client: aiolock.Client) -> bool:
     """Whether every background task but the watchdog and the pub/sub reader has finished."""
-    return client._background <= {client._renewal._task, client._dispatcher._reader}
+    return client._background.tasks <= {client._renewal._task, client._dispatcher._reader}
 
 
 def subscriptions_confirmed(client: aiolock.Client) -> bool:
@@ -480,7 +481,11 @@ async def test_leaving_head_wakes_the_next_when_free(
     await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
     await listen.subscribe(channel_of(name, head), channel_of(name, queued))
 
-    await client.fair_lock(name, owner="slow")._leave_queue(head)
+    # What the engine sends for a waiter of holder `head` that gives up.
+    slow = client.fair_lock(name, owner="slow")._p
+    leave = slow.leave(Call(head, None, head, client._settings.lease_ms, None, None, None, 0))
+    assert leave is not None
+    await client._runner.run(*leave[0])
     assert await next_message(listen) == (channel_of(name, queued), "0")
     async with asyncio.timeout(LIMIT):
         await waiter

@@ -15,7 +15,6 @@ from redis.asyncio.client import PubSub
 
 import aiolock
 from aiolock._keys import lock_channel, unlock_latch_key
-from aiolock._pubsub import lock_wake_count
 from aiolock._scripts import load_script
 
 from .helpers import Gate, gated_redis, wait_until
@@ -468,7 +467,7 @@ async def test_waiter_cut_off_mid_attempt_hands_its_turn_on(
     client, gate = gated
     # Subscribed with nobody waiting, as a hot lock's channel is for a moment after its
     # last waiter left: the next acquire joins it and registers before its first attempt.
-    keep = await client._dispatcher.subscribe(lock_channel(name), lock_wake_count, None)
+    keep = await client._dispatcher.subscribe(lock_channel(name), None)
     assert keep is not None
     gate.arm("lock_acquire", before_send=True)
     cut_off = asyncio.create_task(client.lock(name).lock())
@@ -500,9 +499,8 @@ async def test_waiter_past_its_deadline_hands_an_unused_wake_on(
     client, gate = gated
     holder = client.lock(name, owner="holder")
     await holder.lock()
-    keep = await client._dispatcher.subscribe(lock_channel(name), lock_wake_count, None)
+    keep = await client._dispatcher.subscribe(lock_channel(name), None)
     assert keep is not None
-    channel = client._dispatcher._channels[lock_channel(name)]
     gate.arm("lock_acquire")
     loop = asyncio.get_running_loop()
     wait = 0.1
@@ -517,7 +515,7 @@ async def test_waiter_past_its_deadline_hands_an_unused_wake_on(
     queued = asyncio.create_task(newcomer())
     await wait_for_waiters(client.lock(name), 1)
     await holder.unlock()
-    first = next(iter(channel.waiters))
+    first = client._waiting.waiters(lock_channel(name))[0]
     await wait_until(first.event.is_set, what="the release woke the oldest waiter")
     await wait_until(lambda: loop.time() > deadline, what="the try_lock deadline passed")
     gate.release.set()

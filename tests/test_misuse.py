@@ -24,8 +24,10 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 import aiolock
-from aiolock._base import LockBase
+from aiolock._fair_lock import FairPrimitive
+from aiolock._handle import LockHandle
 from aiolock._keys import prefixed
+from aiolock._primitive import Call
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
@@ -80,7 +82,7 @@ def call(handle: LockLike, method: str) -> Awaitable[object]:
 
 def my_holder(client: aiolock.Client) -> str:
     """The calling task's holder id on ``client``."""
-    return client._ids.current()[0]
+    return client._engine.holder(None)[0]
 
 
 def assert_nothing_local(handle: LockLike) -> None:
@@ -625,28 +627,35 @@ def _snapshot(admin: redis.Redis, name: str) -> dict[str, tuple[str, object, boo
 
 
 async def _set_up_publishing(
-    handle: LockBase, admin: redis.Redis, operation: str
+    handle: LockHandle, admin: redis.Redis, operation: str
 ) -> Callable[[], Awaitable[object]]:
     """Set ``handle``'s lock up so that ``operation`` must publish; return the call."""
-    holder = handle._holder()[0]
+    engine, p = handle._engine, handle._p
+    holder = engine.holder(handle._owner)[0]
+    # The call the engine would make for a lock() by this holder.
+    call = Call(holder, None, p.field(holder), engine.settings.lease_ms, None, None, None, 0)
+    run = handle._engine._runner.run
     if operation != "leave":
         await handle.lock()
     if isinstance(handle, aiolock.FairLock):
+        assert isinstance(p, FairPrimitive)
         # A fair lock publishes only to the waiter at the head of its queue: queue one.
         deadline = time.time() * 1000 + 60_000
         if operation == "leave":
             # This holder at the head and the lock free: leaving makes the ghost the head.
             # The ghost's deadline counts W after the holder's, which leaving takes back.
-            behind = deadline + handle._wait_ms(None)
-            admin.rpush(handle._queue, holder, "ghost")
-            admin.zadd(handle._timeouts, {holder: deadline, "ghost": behind})
-            return lambda: handle._leave_queue(holder)
-        admin.rpush(handle._queue, "ghost")
-        admin.zadd(handle._timeouts, {"ghost": deadline})
+            behind = deadline + engine.settings.fair_wait_ms
+            admin.rpush(p.queue, holder, "ghost")
+            admin.zadd(p.timeouts, {holder: deadline, "ghost": behind})
+            leave = p.leave(call)
+            assert leave is not None
+            return lambda: run(*leave[0])
+        admin.rpush(p.queue, "ghost")
+        admin.zadd(p.timeouts, {"ghost": deadline})
     if operation == "rollback":
         # What the undo of a cut-off acquire runs: give back the hold that acquire took.
-        tombstone = f"{prefixed('aiolock_acquire_cancel', handle._key)}:1"
-        return lambda: handle._rollback(handle._field(holder), 1, tombstone)
+        tombstone = f"{prefixed('aiolock_acquire_cancel', p.key)}:1"
+        return lambda: run(*p.rollback(call, 1, tombstone, engine.settings.lease_ms))
     return handle.unlock if operation == "unlock" else handle.force_unlock
 
 
@@ -669,7 +678,7 @@ async def test_publish_refused_by_acl_changes_nothing(
     """
     client = aiolock.Client.from_url(guarded.url("nopublish", _ACL_PASSWORD))
     handle = kind.make(client, name)
-    assert isinstance(handle, LockBase)
+    assert isinstance(handle, LockHandle)
     try:
         run = await _set_up_publishing(handle, guarded_admin, operation)
         before = _snapshot(guarded_admin, name)

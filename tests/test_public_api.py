@@ -26,9 +26,9 @@ def shipped_lua() -> list[Traversable]:
 
 def referenced_scripts() -> set[str]:
     """Names of the scripts the installed package's code loads: ``load_script("...")``, or
-    named by a lock class's ``_<step>_script = "..."`` attribute."""
+    named by a primitive's ``<step>_script = "..."`` attribute."""
     names: set[str] = set()
-    pattern = r"(?:load_script\(\s*|_\w+_script = )\"(\w+)\""
+    pattern = r"(?:load_script\(\s*|\b\w+_script = )\"(\w+)\""
     for module in PACKAGE.iterdir():
         if module.name.endswith(".py"):
             names.update(re.findall(pattern, module.read_text("utf-8")))

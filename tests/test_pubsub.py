@@ -9,25 +9,41 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock._keys import lock_channel
-from aiolock._pubsub import (
-    Dispatcher,
-    Subscription,
-    _Channel,
-    lock_wake_count,
-    rwlock_wake_count,
-)
+from aiolock._primitive import lock_wake_count
+from aiolock._pubsub import Dispatcher, _Channel
+from aiolock._rwlock import rwlock_wake_count
+from aiolock._waiting import Waiter, WaitingRoom, WakeCount
 
 from .conftest import ClientFactory
 from .helpers import wait_until
 
 
-def _subscription(wake: object = lock_wake_count) -> tuple[Dispatcher, Subscription, _Channel]:
+class _Waiters:
+    """The waiters of channel "ch" in the waiting room, as the engine registers them."""
+
+    def __init__(self, room: WaitingRoom, wake: WakeCount) -> None:
+        self.room = room
+        self.wake = wake
+
+    def add_waiter(self, *, shared: bool = False) -> Waiter:
+        return self.room.add("ch", self.wake, shared=shared)
+
+    def remove_waiter(self, waiter: Waiter, *, leaving: bool, mid_attempt: bool = False) -> None:
+        self.room.remove("ch", waiter, leaving=leaving, mid_attempt=mid_attempt)
+
+
+def _subscription(
+    wake: WakeCount = lock_wake_count,
+) -> tuple[Dispatcher, _Waiters, _Channel]:
+    """A dispatcher subscribed to "ch" (no connection) and the room it delivers to."""
+    room = WaitingRoom()
     dispatcher = Dispatcher.__new__(Dispatcher)
     dispatcher.closed = False
-    channel = _Channel("ch", wake)  # type: ignore[arg-type]
+    dispatcher._room = room
+    channel = _Channel("ch")
     channel.refs = 1
     dispatcher._channels = {"ch": channel}
-    return dispatcher, Subscription(dispatcher, channel), channel
+    return dispatcher, _Waiters(room, wake), channel
 
 
 def _message(data: bytes) -> list[bytes]:
@@ -83,8 +99,8 @@ def test_waiter_leaving_after_a_lost_attempt_wakes_nobody() -> None:
 
 def test_rwlock_messages_wake_every_reader_and_one_writer() -> None:
     """On a read-write lock channel "1" and "0" each wake all readers but one writer."""
-    dispatcher, writers, channel = _subscription(rwlock_wake_count)
-    readers = Subscription(dispatcher, channel)
+    dispatcher, writers, _channel = _subscription(rwlock_wake_count)
+    readers = writers
     order = [
         writers.add_waiter(),
         readers.add_waiter(shared=True),
@@ -101,20 +117,20 @@ def test_rwlock_messages_wake_every_reader_and_one_writer() -> None:
 
 
 def test_local_downgrade_wake_reaches_readers_only() -> None:
-    """wake(0), as after a downgrade, lets the readers retry and leaves writers parked."""
-    dispatcher, writers, channel = _subscription(rwlock_wake_count)
-    writer, reader = writers.add_waiter(), Subscription(dispatcher, channel).add_waiter(shared=True)
-    channel.wake(0)
+    """wake_shared(), as after a downgrade, lets the readers retry and leaves writers parked."""
+    _dispatcher, writers, _channel = _subscription(rwlock_wake_count)
+    writer, reader = writers.add_waiter(), writers.add_waiter(shared=True)
+    writers.room.wake_shared("ch")
     assert reader.event.is_set()
     assert not writer.event.is_set()
 
 
 def test_writer_passes_its_wake_to_the_next_writer_not_to_readers() -> None:
     """A woken writer that gives up wakes the next writer; readers are not woken again."""
-    dispatcher, writers, channel = _subscription(rwlock_wake_count)
+    dispatcher, writers, _channel = _subscription(rwlock_wake_count)
     first, second = writers.add_waiter(), writers.add_waiter()
     dispatcher._on_reply(_message(b"1"))
-    reader = Subscription(dispatcher, channel).add_waiter(shared=True)
+    reader = writers.add_waiter(shared=True)
     writers.remove_waiter(first, leaving=True)
     assert second.event.is_set()
     assert not reader.event.is_set()
@@ -126,14 +142,14 @@ def test_reader_giving_up_wakes_a_writer_queued_behind_it() -> None:
     Such a writer (no barging) never tried: without the pass-on it would sleep until its
     lease-bounded timeout although the lock may be free.
     """
-    dispatcher, writers, channel = _subscription(rwlock_wake_count)
-    readers = Subscription(dispatcher, channel)
+    dispatcher, writers, _channel = _subscription(rwlock_wake_count)
+    readers = writers
     reader = readers.add_waiter(shared=True)
     dispatcher._on_reply(_message(b"1"))
     queued = writers.add_waiter()
     readers.remove_waiter(reader, leaving=True)
     assert queued.event.is_set()
-    assert channel.shared_waiters == 0
+    assert writers.room.waiters("ch") == [queued]
 
 
 def test_confirmation_wakes_every_waiter_to_recheck() -> None:
@@ -171,7 +187,7 @@ async def test_one_connection_serves_every_waiter(
     for lock in holders:
         await lock.lock()
     waiters = [asyncio.create_task(client.lock(f"test:{uid}:{i % 3}").lock()) for i in range(10)]
-    await wait_until(lambda: sum(client._waiting.values()) == 10, what="ten waiting")
+    await wait_until(lambda: client._waiting.total() == 10, what="ten waiting")
     await wait_until(lambda: _all_confirmed(client), what="subscriptions confirmed")
     assert await _pubsub_clients(raw) == 1
     numsub = dict(await raw.pubsub_numsub(*(lock_channel(lock.name) for lock in holders)))

@@ -261,12 +261,12 @@ def test_11_no_asyncio_loop_gets_a_clear_error(client: aiolock.Client, name: str
 
 async def test_unlock_latch_outlives_the_resends_of_its_call(client: aiolock.Client) -> None:
     """Defect 4's rule: every latch and tombstone outlives every resend of its call."""
-    options = client._options
-    assert client._resend_window_ms <= round(options.watchdog_timeout * 1000)
+    options, settings = client._options, client._settings
+    assert settings.resend_window_ms <= round(options.watchdog_timeout * 1000)
     # redis-py 8's default connection: 5 s socket and connect timeouts.
     one_send = 5 + 2 * 5
     foreground = (options.retry_attempts + 1) * one_send
-    assert client._latch_ttl_ms / 1000 > foreground + client._resend_window_ms / 1000
+    assert settings.latch_ttl_ms / 1000 > foreground + settings.resend_window_ms / 1000
 
 
 async def _exists(raw: Redis, key: str) -> bool:

@@ -343,7 +343,7 @@ async def parked(client: aiolock.Client, name: str, count: int, scripts: Scripts
         return (
             channel is not None
             and channel.confirmed.is_set()
-            and len(channel.waiters) == count
+            and len(client._waiting.waiters(rwlock_channel(name))) == count
             and scripts.in_flight() == 0
         )
 
@@ -1045,7 +1045,7 @@ async def _cancel_in_flight(task: asyncio.Task[Any], gate: Gate) -> None:
 
 
 def _only_renewal_running(client: aiolock.Client) -> bool:
-    return client._background <= {client._renewal._task}
+    return client._background.tasks <= {client._renewal._task}
 
 
 @pytest.mark.parametrize("side", ["read", "write"])

@@ -129,7 +129,7 @@ class Worker:
                 for index in range(spec.get("exit_holding", 0))
             ]
             await asyncio.gather(*tasks, *orphans)
-            waiting = sum(client._waiting.values())
+            waiting = client._waiting.total()
         finally:
             await client.aclose()
             await resource.aclose()
@@ -187,7 +187,7 @@ class Worker:
         called = time.monotonic()
         start = end = None
         how = "ok"
-        holder = handle._holder()[0]
+        holder = handle._engine.holder(handle._owner)[0]
         try:
             async with asyncio.timeout(cancel_after):
                 async with handle:
@@ -246,7 +246,8 @@ class Worker:
         await handle.lock()
         now = time.monotonic()
         self.exits_holding += 1
-        self.record(kind, name, handle._holder()[0], start=now, end=now, how="exited-holding")
+        holder = handle._engine.holder(handle._owner)[0]
+        self.record(kind, name, holder, start=now, end=now, how="exited-holding")
 
 
 def main() -> None:

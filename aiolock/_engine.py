@@ -1,0 +1,669 @@
+"""The acquire engine: one acquire and one release path for every primitive.
+
+A primitive (``_primitive.Primitive``) describes itself; the engine runs its scripts and
+carries every rule that makes a call correct:
+
+* **attempt**: in the holder's turn (``_ordering``), from the count this client believes
+  the holder has; a stale belief is corrected from the server's answer and reported;
+* **wait**: subscribe, register the waiter *before* the next attempt (a release published
+  while it is in flight wakes it), wait bounded by the lease seen (a lost message costs
+  latency, never liveness), try again; no barging past local waiters where the primitive
+  asks; a waiter that leaves passes its turn to try on;
+* **deadline** and **cancellation**: a call that got a cancel request while it ran never
+  returns normally (``_cancel``); whatever its script may have done is undone in the
+  background, in the holder's turn, resent until answered; a release cut off is finished
+  the same way, so ``async with`` never exits holding;
+* **bookkeeping** (``_holds``) changes only after the server answered; a hold found gone is
+  reported once, and the holder's next unlock raises ``LockLostError``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.exceptions import AuthenticationError, ResponseError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from ._cancel import cancel_mark, cancelled_since
+from ._exceptions import ClientClosedError, LockLostError, LockNotOwnedError
+from ._keys import acquire_tombstone_key, unlock_latch_key
+from ._ordering import in_turn
+from ._primitive import Call
+from ._replies import AcquireReply, Release, decode_force, decode_release, script_error
+
+if TYPE_CHECKING:
+    from ._background import Background
+    from ._config import Settings
+    from ._holders import HolderIds
+    from ._holds import Hold, HoldRegistry
+    from ._latches import LatchSweeper
+    from ._ordering import CallOrder, Ticket
+    from ._primitive import Invocation, Primitive
+    from ._pubsub import Dispatcher, Subscription
+    from ._renewal import RenewalService
+    from ._scripts import ScriptRunner
+    from ._waiting import Waiter, WaitingRoom
+
+__all__ = ("Engine",)
+
+log = logging.getLogger("aiolock")
+T = TypeVar("T")
+
+# The server did not answer (after the client's own retries): the call may or may not have
+# taken effect. Background completions resend through these; anything else is an answer.
+_UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
+# A refused login is a ConnectionError to redis-py, but the command never ran: there is
+# nothing to complete or undo, and resending cannot succeed.
+_REFUSED = (AuthenticationError,)
+
+
+class Engine:
+    """One client's acquire engine; the handles' only way to the server."""
+
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        ids: HolderIds,
+        runner: ScriptRunner,
+        holds: HoldRegistry,
+        renewal: RenewalService,
+        order: CallOrder,
+        waiting: WaitingRoom,
+        dispatcher: Dispatcher,
+        background: Background,
+        latches: LatchSweeper,
+        client_id: str,
+    ) -> None:
+        self.settings = settings
+        self._ids = ids
+        self._runner = runner
+        self._holds = holds
+        self._renewal = renewal
+        self._order = order
+        self._waiting = waiting
+        self._dispatcher = dispatcher
+        self._background = background
+        self._latches = latches
+        self._client_id = client_id
+        self._calls = 0
+        self.closed = False
+        # Whether a call was ever made: only then is a client never closed worth a warning.
+        self.started = False
+
+    # -- the client's side ----------------------------------------------------------------
+
+    def check_open(self) -> None:
+        """Raise ClientClosedError once the client is closed."""
+        if self.closed:
+            raise ClientClosedError
+        self.started = True
+
+    def close(self) -> None:
+        """Refuse new calls from now on; the client then winds down what runs."""
+        self.closed = True
+
+    def holder(self, owner: str | None) -> tuple[str, asyncio.Task[Any] | None]:
+        """The holder id of ``owner``, or of the calling task (and the task)."""
+        if owner is not None:
+            return self._ids.owner(owner), None
+        return self._ids.current()
+
+    def believed(self, p: Primitive, owner: str | None) -> int:
+        """The calling holder's count of holds as this client believes it."""
+        holder, _ = self.holder(owner)
+        hold = self._holds.get(p.key, p.field(holder))
+        return hold.count if hold else 0
+
+    def waiting(self, key: str) -> int:
+        """How many of this client's calls wait on ``key``."""
+        return self._waiting.waiting(key)
+
+    # -- acquiring ------------------------------------------------------------------------
+
+    async def acquire(
+        self, p: Primitive, owner: str | None, wait: float | None, lease: float | None
+    ) -> bool:
+        """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out."""
+        return await self._guarded(lambda mark: self._acquire(p, owner, wait, lease, mark))
+
+    async def _guarded(self, call: Callable[[int], Awaitable[T]]) -> T:
+        """Run a public acquire or release under the rules every such call keeps.
+
+        It is counted as under way (aclose() waits for it), and its task's cancel mark is
+        taken first (see _cancel.py).
+        """
+        mark = cancel_mark()
+        self.check_open()
+        self._background.call_started()
+        try:
+            return await call(mark)
+        except Exception as exc:
+            # A cancel request came while the call ran (swallowed below aiolock, then
+            # another error): the cancel wins, as it would have had it been delivered. A
+            # release was made or is being completed (a loss was logged).
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
+        finally:
+            self._background.call_ended()
+
+    async def _acquire(
+        self, p: Primitive, owner: str | None, wait: float | None, lease: float | None, mark: int
+    ) -> bool:
+        holder, task = self.holder(owner)
+        p.check_acquire(holder, self._holds)
+        field = p.field(holder)
+        lease_ms = self.settings.lease_ms if lease is None else max(1, round(lease * 1000))
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
+        won_lease = None if lease is None else lease_ms
+        call = Call(holder, task, field, lease_ms, won_lease, wait, deadline, mark)
+
+        # Others of this client already wait on this lock: join their subscription and
+        # register before the first attempt, so no second attempt is needed to close the
+        # race with a release published in between.
+        channel = p.channel(holder)
+        room = self._waiting
+        sub = None if wait == 0 else self._dispatcher.join(channel)
+        waiter = None
+        if sub is not None:
+            # No barging: local waiters are handed the lock in turn as it is released, so
+            # a newcomer (often the task that just released it) waits its turn. One ahead
+            # that leaves without the lock passes its turn on (WaitingRoom.remove). The
+            # holder itself re-enters at once: it is not competing for a lock it has.
+            # Nor does a call whose holder has another call under way: that one may take
+            # the lock, and no message would then wake this one to re-enter.
+            holding = self._holds.holding(p.key, field) or self._order.busy((p.key, holder))
+            queue_behind = p.no_barging and room.has_waiters(channel) and not holding
+            waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
+            if queue_behind:
+                return await self._wait(p, call, sub, waiter, room.lease_left_ms(p.key))
+        try:
+            reply = await self._attempt(p, call)
+        except BaseException:
+            if sub is not None and waiter is not None:
+                room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                sub.release()
+            raise
+        if reply.acquired or (deadline is not None and loop.time() >= deadline):
+            if sub is not None and waiter is not None:
+                room.remove(channel, waiter, leaving=not reply.acquired)
+                sub.release()
+            if reply.acquired:
+                return True
+            await self._give_up(p, call)
+            return False
+        return await self._wait(p, call, sub, waiter, reply.ttl_ms)
+
+    async def _wait(
+        self,
+        p: Primitive,
+        call: Call,
+        sub: Subscription | None,
+        waiter: Waiter | None,
+        ttl_ms: int,
+    ) -> bool:
+        waiting = self._waiting
+        waiting.enter(p.key, call.field)
+        waiting.saw_lease(p.key, ttl_ms)
+        try:
+            if sub is None:
+                loop = asyncio.get_running_loop()
+                remaining = None if call.deadline is None else call.deadline - loop.time()
+                try:
+                    sub = await self._dispatcher.subscribe(p.channel(call.holder), remaining)
+                except ResponseError as exc:
+                    # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
+                    raise script_error(p.name, p.key, exc) from exc
+                if sub is None:
+                    await self._give_up(p, call)
+                    return False
+                waiter = None  # subscribed only now: attempt again before waiting
+            try:
+                # The subscription stays referenced (and so subscribed) while this waits.
+                return await self._wait_subscribed(p, call, waiter, ttl_ms)
+            finally:
+                sub.release()
+        except BaseException:
+            if p.leaves_queue and waiting.field_waiting(p.key, call.field) == 1:
+                # The queue exit takes its place in the holder's line now, so the holder's
+                # next call (a new wait, say) cannot overtake it and be removed by it.
+                self._background.complete(
+                    self._order.join((p.key, call.holder)), self._leave(p, call)
+                )
+            raise
+        finally:
+            waiting.leave(p.key, call.field)
+
+    async def _wait_subscribed(
+        self, p: Primitive, call: Call, waiter: Waiter | None, ttl_ms: int
+    ) -> bool:
+        loop = asyncio.get_running_loop()
+        room = self._waiting
+        channel = p.channel(call.holder)
+        while True:
+            if waiter is None:
+                # Register before the attempt: a release published while the script is in
+                # flight then wakes this very waiter, so it is never missed.
+                waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
+                try:
+                    reply = await self._attempt(p, call)
+                except BaseException:
+                    room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                    raise
+                if reply.acquired:
+                    room.remove(channel, waiter, leaving=False)
+                    return True
+                ttl_ms = reply.ttl_ms
+                self._waiting.saw_lease(p.key, ttl_ms)
+            # A lost message costs at most the holder's remaining lease.
+            bound = ttl_ms / 1000 if ttl_ms >= 0 else self.settings.ttl_cap
+            if call.deadline is not None:
+                remaining = call.deadline - loop.time()
+                if remaining <= 0:
+                    room.remove(channel, waiter, leaving=True)
+                    await self._give_up(p, call)
+                    return False
+                bound = min(bound, remaining)
+            try:
+                self.check_open()
+                await waiter.wait(bound)
+                self.check_open()
+            except BaseException:
+                room.remove(channel, waiter, leaving=True)
+                raise
+            room.remove(channel, waiter, leaving=False)
+            waiter = None
+
+    async def _give_up(self, p: Primitive, call: Call) -> None:
+        """The call's wait ran out: leave the queue if it has one, then return False."""
+        if p.leaves_queue and not self._waiting.field_waiting(p.key, call.field) > 1:
+            ticket = self._order.join((p.key, call.holder))
+            await self._background.shielded(in_turn(ticket, self._leave(p, call)))
+        if cancelled_since(call.mark):
+            raise asyncio.CancelledError
+
+    async def _leave(self, p: Primitive, call: Call) -> None:
+        leave = p.leave(call)
+        if leave is None:
+            return
+        invocation, lives_ms = leave
+        # Left in the queue, the entry would hold up everyone behind it until it times
+        # out: resend through connection errors (leaving twice removes nothing more).
+        await self._until_answered(
+            f"take a waiter of lock {p.name!r} out of its queue",
+            lambda: self._run(invocation),
+            lives_ms,
+        )
+
+    async def _attempt(self, p: Primitive, call: Call) -> AcquireReply:
+        """Run the acquire script once, in the holder's turn, and record a hold it took."""
+        ticket = self._order.join((p.key, call.holder))
+        try:
+            # An earlier call of this holder (a rollback or release finishing in the
+            # background, another task's call with the same owner=) must land first: this
+            # attempt's target count depends on its outcome.
+            await ticket.wait()
+            self.check_open()
+            # The holder's calls before this one may have changed what it holds (a write
+            # unlock of the same owner=, say): judge the upgrade rule again, in turn.
+            p.check_acquire(call.holder, self._holds)
+        except BaseException:
+            ticket.release()
+            raise
+        while True:
+            hold = self._holds.get(p.key, call.field)
+            # The count this holder has once the attempt succeeds: a resend that finds it
+            # already there does not count twice, and a rollback undoes exactly this
+            # attempt (a script takes a hold only from the count the holder believes).
+            # A hold known lost counts for nothing: the server no longer has it.
+            target = (hold.count if hold and hold.lost is None else 0) + 1
+            self._calls += 1
+            tombstone = acquire_tombstone_key(p.key, f"{self._client_id}:{self._calls}")
+            try:
+                reply = AcquireReply.decode(await self._run(p.acquire(call, target, tombstone)))
+            except ResponseError as exc:
+                # The script failed before it changed anything: nothing to roll back.
+                ticket.release()
+                raise script_error(p.name, p.key, exc) from exc
+            except _REFUSED:
+                ticket.release()
+                raise
+            except BaseException:
+                # Cancelled (or cut off) with the script in flight: it may have taken a
+                # hold that nobody will ever release. Give it back in the background, in
+                # this holder's turn; were the server unreachable until the lease ends,
+                # that hold ends with it.
+                self._undo_later(p, ticket, call, target, tombstone)
+                raise
+            if not reply.stale or cancelled_since(call.mark) or self.closed:
+                break
+            # The holder's count on the server is not what this client believed: a hold
+            # lost unnoticed (force_unlock, expiry). Believe the server, and try again.
+            self._resync(p, call, reply.count)
+        closed = self.closed
+        if closed or cancelled_since(call.mark):
+            # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
+            # client closed: never return a hold, and never go on to wait. Undo what the
+            # script did: give a hold back, or void the call and leave a fair queue.
+            undo = reply.count if reply.acquired else target
+            self._undo_later(p, ticket, call, undo, tombstone)
+            if closed:
+                raise ClientClosedError
+            raise asyncio.CancelledError
+        if reply.acquired:
+            try:
+                self._won(p, call, reply.count)
+            finally:
+                ticket.release()
+            return reply
+        ticket.release()
+        return reply
+
+    def _resync(self, p: Primitive, call: Call, count: int) -> None:
+        """Make this client's belief the server's ``count`` of the holder's holds."""
+        hold = self._holds.get(p.key, call.field)
+        believed = hold.count if hold else 0
+        if hold is not None and hold.count and hold.lost is None:
+            # Lost without the watchdog noticing yet: report it now, once. The hold stays,
+            # known lost, so that the holder's next unlock() raises LockLostError.
+            self._holds.report_lost(
+                hold, f"the server had {count} of its {believed} hold(s); found by lock()"
+            )
+        if count:
+            if hold is not None:
+                self._holds.drop(hold)
+            # Holds of this holder that it does not know of (a release that never got an
+            # answer): count them, never renew them; they expire with their lease.
+            log.warning(
+                "aiolock: %s has %d hold(s) on lock %r it did not know of; they are counted "
+                "and expire with their lease",
+                call.holder,
+                count,
+                p.name,
+            )
+            self._won(p, call, count, lease_ms=self.settings.lease_ms)
+
+    def _undo_later(
+        self, p: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
+    ) -> None:
+        async def undo() -> None:
+            # Built in turn: the lease it re-applies depends on the holds left by then.
+            hold = self._holds.get(p.key, call.field)
+            reapply = hold.reapply_ms(self.settings.lease_ms) if hold else self.settings.lease_ms
+            await self._run(p.rollback(call, target, tombstone, reapply))
+
+        self._background.complete(
+            ticket,
+            self._until_answered(f"undo a cut-off acquire of lock {p.name!r}", undo, call.lease_ms),
+        )
+
+    def _won(self, p: Primitive, call: Call, count: int, *, lease_ms: int | None = None) -> None:
+        """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease."""
+        kind, extra = p.hold_kind(call.holder)
+        self._holds.acquired(
+            key=p.key,
+            field=call.field,
+            name=p.name,
+            holder=call.holder,
+            task=call.task,
+            count=count,
+            lease_ms=call.won_lease if lease_ms is None else lease_ms,
+            kind=kind,
+            extra=extra,
+        )
+
+    # -- releasing ------------------------------------------------------------------------
+
+    async def release(self, p: Primitive, owner: str | None) -> None:
+        """Release one hold of ``owner`` (None: the calling task) on ``p``."""
+        await self._guarded(lambda mark: self._release(p, owner, mark))
+
+    async def _release(self, p: Primitive, owner: str | None, mark: int) -> None:
+        holder, _ = self.holder(owner)
+        field = p.field(holder)
+        # One line per holder, not per field: a read-write lock's read and write calls of
+        # one holder take turns too (the upgrade rule depends on their order).
+        ticket = self._order.join((p.key, holder))
+        try:
+            # An earlier call of this holder (a cut-off release finishing in the
+            # background, another task's call with the same owner=) lands first, or this
+            # call would decide on stale bookkeeping.
+            await ticket.wait()
+        except BaseException:
+            # Cancelled while waiting its turn: the release was asked for, so it is made,
+            # in the background once the turn comes (async with must never exit holding).
+            self._background.complete(ticket, self._release_later(p, holder, field))
+            raise
+        hold = self._holds.get(p.key, field)
+        # One latch per unlock call: every resend of this call replays the first result.
+        latch = unlock_latch_key(p.key, secrets.token_hex(16))
+        reapply = self._reapply_ms(hold)
+        if hold is not None:
+            # While a release is in flight the watchdog may find the key gone: not a loss.
+            hold.releasing += 1
+        try:
+            result = decode_release(await self._run(p.release(field, reapply, latch)))
+        except _REFUSED:
+            if hold is not None:
+                hold.releasing -= 1
+            ticket.release()
+            raise
+        except (asyncio.CancelledError, *_UNANSWERED) as exc:
+            if hold is not None and not isinstance(exc, asyncio.CancelledError):
+                # Not renewed from now on: should the release never land, the lock then
+                # runs out with its lease instead of staying held by nobody's knowledge.
+                self._renewal.untrack(hold)
+            # Cancelled with the script in flight, or no answer within the retries: the
+            # release may or may not have happened. Finish it in the background (a resend
+            # with the same latch never releases twice), so the bookkeeping follows the
+            # server's answer and no hold is left held, and renewed, that nobody tracks.
+            # The caller still sees its error (the contract leaves connection errors be).
+            self._background.complete(
+                ticket,
+                self._finish_release(
+                    p, holder, field=field, hold=hold, reapply=reapply, latch=latch
+                ),
+            )
+            raise
+        except BaseException as exc:
+            if hold is not None:
+                hold.releasing -= 1
+            ticket.release()
+            if isinstance(exc, ResponseError):
+                raise script_error(p.name, p.key, exc) from exc
+            raise
+        if hold is not None:
+            hold.releasing -= 1
+        try:
+            self._settle_release(p, holder, hold, latch, result)
+        finally:
+            ticket.release()
+        if cancelled_since(mark):
+            # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
+            raise asyncio.CancelledError
+
+    def _reapply_ms(self, hold: Hold | None) -> int:
+        lease_ms = self.settings.lease_ms
+        return hold.reapply_ms(lease_ms) if hold else lease_ms
+
+    async def _release_later(self, p: Primitive, holder: str, field: str) -> None:
+        """An unlock() cancelled before its turn: release in the background when it comes."""
+        hold = self._holds.get(p.key, field)
+        latch = unlock_latch_key(p.key, secrets.token_hex(16))
+        reapply = self._reapply_ms(hold)
+        if hold is not None:
+            hold.releasing += 1
+        await self._finish_release(p, holder, field=field, hold=hold, reapply=reapply, latch=latch)
+
+    async def _finish_release(
+        self, p: Primitive, holder: str, *, field: str, hold: Hold | None, reapply: int, latch: str
+    ) -> None:
+        def stop_renewing() -> None:
+            # While the server does not answer, renewing would only keep a lock alive
+            # that its holder already let go of: let the lease run out instead.
+            if hold is not None:
+                self._renewal.untrack(hold)
+
+        invocation = p.release(field, reapply, latch)
+        try:
+            answered = await self._until_answered(
+                f"release lock {p.name!r} held by {holder}",
+                lambda: self._run(invocation),
+                reapply,
+                on_unanswered=stop_renewing,
+            )
+        finally:
+            if hold is not None:
+                hold.releasing -= 1
+        if answered is None:
+            if hold is not None:
+                self._holds.drop(hold)
+            return
+        try:
+            self._settle_release(p, holder, hold, latch, decode_release(answered[0]))
+        except LockLostError:
+            # _settle_release logged the loss; the caller already had its error.
+            pass
+        except LockNotOwnedError as exc:
+            # The caller, cancelled or cut off, is not there to be told: nothing was held.
+            log.info("aiolock: a cut-off unlock() found nothing to release: %s", exc)
+
+    def _settle_release(
+        self, p: Primitive, holder: str, hold: Hold | None, latch: str, result: Release
+    ) -> None:
+        if result is Release.NOT_HELD:
+            if hold is not None and hold.count:
+                why = hold.lost or "its lease ran out or was taken before unlock()"
+                if hold.lost is None:
+                    # The watchdog did not see it first (an explicit lease, a starved
+                    # event loop): log it here, so every loss is logged once.
+                    self._holds.report_lost(hold, f"{why}; found by unlock()")
+                self._holds.drop(hold)
+                raise LockLostError(p.name, holder, why)
+            raise LockNotOwnedError(p.name, holder, self._held_by_sibling(p.key, holder))
+        self._latches.add(latch)
+        if result is Release.DOWNGRADED:
+            # Nothing was published (as in Redisson: the wire must match), yet this
+            # client's own readers can get in now: wake them here rather than after their
+            # lease-bounded wait. Writers stay parked: the read holds left keep them out.
+            self._waiting.wake_shared(p.channel(holder))
+        if hold is not None:
+            lost = hold.lost
+            self._holds.released(hold, fully=result is not Release.KEPT)
+            if lost is not None:
+                # The server still had the holder's entry (a read hold whose own timeout
+                # key ran out), but the watchdog had found the hold dead: say so.
+                raise LockLostError(p.name, holder, lost)
+
+    def _held_by_sibling(self, key: str, holder: str) -> str:
+        """Why a non-holder's unlock fails, when another task of this client holds it."""
+        for hold in self._holds.on_key(key):
+            if hold.holder != holder and hold.count and hold.task is not None:
+                return (
+                    f"it is held by another task of this client ({hold.task.get_name()}): "
+                    "a lock belongs to the task that acquired it (a child task of gather() "
+                    "or shield() is another task); use owner= to hand a lock over"
+                )
+        return ""
+
+    async def force(self, p: Primitive) -> bool:
+        """Delete ``p`` whoever holds it and wake its waiters; True if it was held."""
+        mark = cancel_mark()
+        self.check_open()
+        sent_at = self._holds.clock()
+        try:
+            deleted = decode_force(await self._run(p.force()))
+        except ResponseError as exc:
+            raise script_error(p.name, p.key, exc) from exc
+        if deleted:
+            # Only what was deleted is lost (a read-write lock's force_unlock() of the other
+            # mode deletes nothing, and this client's holds on it stay valid).
+            self._holds.mark_key_lost(p.key, "force_unlock() deleted it", begun_by=sent_at)
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        return deleted
+
+    # -- queries --------------------------------------------------------------------------
+
+    async def query(self, p: Primitive, *args: str) -> Any:
+        """Run one plain command about ``p``."""
+        return await self._one_shot(p, lambda: self._runner.command(*args))
+
+    async def ask(self, p: Primitive, invocation: Invocation) -> Any:
+        """Run a read-only script about ``p``."""
+        return await self._one_shot(p, lambda: self._run(invocation))
+
+    async def _one_shot(self, p: Primitive, send: Callable[[], Awaitable[T]]) -> T:
+        """A call that changes nothing: an error reply names ``p``, a cancel wins."""
+        mark = cancel_mark()
+        self.check_open()
+        try:
+            reply = await send()
+        except ResponseError as exc:
+            raise script_error(p.name, p.key, exc) from exc
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        return reply
+
+    async def query_all(self, p: Primitive, *commands: tuple[str, ...]) -> list[Any]:
+        """Run plain commands about ``p`` in one round trip (a pipeline), as query() one."""
+        mark = cancel_mark()
+        self.check_open()
+        replies = await self._runner.pipeline(*commands)
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        for reply in replies:
+            if isinstance(reply, ResponseError):
+                error = script_error(p.name, p.key, reply)
+                if error is reply:
+                    raise reply
+                raise error from reply
+        return replies
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    async def _run(self, invocation: Invocation) -> Any:
+        script, keys, args = invocation
+        return await self._runner.run(script, keys, args)
+
+    async def _until_answered(
+        self,
+        what: str,
+        call: Callable[[], Awaitable[T]],
+        give_up_ms: int,
+        *,
+        on_unanswered: Callable[[], None] | None = None,
+    ) -> tuple[T] | None:
+        """Resend an idempotent ``call`` until the server answers, as a 1-tuple.
+
+        None once ``give_up_ms`` have passed without an answer (a lease that long has run
+        out by then), once the client's resend window is over (every latch and tombstone
+        outlives it, so no resend can count twice) or once the client closed.
+        """
+        loop = asyncio.get_running_loop()
+        give_up_at = loop.time() + min(give_up_ms, self.settings.resend_window_ms) / 1000
+        while True:
+            try:
+                return (await call(),)
+            except _REFUSED as exc:
+                log.warning("aiolock: could not %s: %s", what, exc)
+                return None
+            except _UNANSWERED as exc:
+                if on_unanswered is not None:
+                    on_unanswered()
+                if self.closed or loop.time() >= give_up_at:
+                    log.warning(
+                        "aiolock: could not %s: the server did not answer (%s); what it "
+                        "holds expires with its lease",
+                        what,
+                        exc,
+                    )
+                    return None
+                await asyncio.sleep(self.settings.retry_interval)

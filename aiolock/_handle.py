@@ -1,0 +1,154 @@
+"""The public face every lock handle shares: lock, try_lock, unlock, queries, statistics.
+
+A handle is cheap and holds no state but its name and owner: each method checks its
+arguments and hands the call to the engine with the handle's primitive (the description of
+its lock type). A lock type subclasses :class:`LockHandle` and gives it its ``Primitive``
+(``_primitive.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Self
+
+from ._config import TimeArg, check_owner, lease_seconds, wait_seconds
+from ._exceptions import LockTimeoutError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._engine import Engine
+    from ._primitive import Primitive
+
+__all__ = ("LockHandle", "LockStatistics")
+
+
+@dataclass(frozen=True, slots=True)
+class LockStatistics:
+    """A snapshot of what this client knows locally about one lock handle's name.
+
+    ``held_by_current_task`` and ``hold_count`` are this client's belief for the calling
+    holder (Redis is the truth: use ``is_held_by_current_task()`` to ask it);
+    ``tasks_waiting`` counts this client's tasks waiting to acquire the name.
+    """
+
+    name: str
+    held_by_current_task: bool
+    hold_count: int
+    tasks_waiting: int
+
+
+class LockHandle:
+    """Base of the lock handles: the public methods, over the engine."""
+
+    __slots__ = ("__weakref__", "_engine", "_key", "_name", "_owner", "_p")
+
+    def __init__(self, engine: Engine, p: Primitive, *, owner: str | None = None) -> None:
+        self._engine = engine
+        self._p = p
+        self._name = p.name
+        self._owner = check_owner(owner)
+        self._key = p.key
+
+    @property
+    def name(self) -> str:
+        """The lock's name as given (without ``key_prefix``)."""
+        return self._name
+
+    def __repr__(self) -> str:
+        waiting = self._engine.waiting(self._key)
+        owner = f" owner={self._owner!r}" if self._owner else ""
+        return f"<aiolock.{type(self).__name__} {self._name!r}{owner}, {waiting} waiting>"
+
+    # -- acquiring ------------------------------------------------------------------------
+
+    async def lock(self, lease: TimeArg = None) -> None:
+        """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
+        await self._engine.acquire(self._p, self._owner, None, lease_seconds(lease))
+
+    async def try_lock(self, wait: TimeArg = 0, lease: TimeArg = None) -> bool:
+        """Try for up to ``wait`` seconds (0: one attempt, None: forever); True if acquired."""
+        return await self._engine.acquire(
+            self._p, self._owner, wait_seconds(wait), lease_seconds(lease)
+        )
+
+    def acquired(
+        self, wait: TimeArg = None, lease: TimeArg = None
+    ) -> contextlib.AbstractAsyncContextManager[Self]:
+        """``async with lock.acquired(wait=5):`` raises LockTimeoutError after ``wait``."""
+        return self._acquired(wait_seconds(wait), lease_seconds(lease))
+
+    @contextlib.asynccontextmanager
+    async def _acquired(self, wait: float | None, lease: float | None) -> AsyncIterator[Self]:
+        if not await self._engine.acquire(self._p, self._owner, wait, lease):
+            assert wait is not None
+            raise LockTimeoutError(self._name, wait)
+        try:
+            yield self
+        finally:
+            await self.unlock()
+
+    async def __aenter__(self) -> Self:
+        await self._engine.acquire(self._p, self._owner, None, None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # A body cancelled (even twice, the second time during this release) still
+        # releases: unlock() finishes a cancelled release in the background.
+        await self.unlock()
+
+    # -- releasing ------------------------------------------------------------------------
+
+    async def unlock(self) -> None:
+        """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
+        await self._engine.release(self._p, self._owner)
+
+    async def force_unlock(self) -> bool:
+        """Delete the lock whoever holds it and wake its waiters; True if it was held."""
+        return await self._engine.force(self._p)
+
+    # -- queries --------------------------------------------------------------------------
+
+    async def is_locked(self) -> bool:
+        """Whether anyone holds the lock."""
+        # HLEN, not Redisson's EXISTS: the same answer for a lock (a hash exists while it
+        # has a field), and a WRONGTYPE error for a key of another type instead of True.
+        return bool(await self._query("HLEN", self._key))
+
+    async def is_held_by_current_task(self) -> bool:
+        """Whether the calling task (or this handle's owner) holds the lock, per Redis."""
+        holder, _ = self._engine.holder(self._owner)
+        return bool(await self._query("HEXISTS", self._key, self._p.field(holder)))
+
+    async def hold_count(self) -> int:
+        """The calling holder's reentrancy count, per Redis; 0 if it does not hold it."""
+        holder, _ = self._engine.holder(self._owner)
+        count = await self._query("HGET", self._key, self._p.field(holder))
+        return int(count) if count is not None else 0
+
+    async def remaining_lease(self) -> float | None:
+        """Seconds left on the lease; None if the lock is absent or has no expiry."""
+        # PTTL alone answers for a key of any type: HLEN in the same round trip fails with
+        # WRONGTYPE for one that is not a lock, where PTTL would report one without expiry.
+        _, ms = await self._engine.query_all(self._p, ("HLEN", self._key), ("PTTL", self._key))
+        return None if int(ms) < 0 else int(ms) / 1000
+
+    async def _query(self, *args: str) -> Any:
+        return await self._engine.query(self._p, *args)
+
+    def statistics(self) -> LockStatistics:
+        """What this client knows locally; call it from the task whose hold you ask about."""
+        count = self._engine.believed(self._p, self._owner)
+        return LockStatistics(
+            name=self._name,
+            held_by_current_task=count > 0,
+            hold_count=count,
+            tasks_waiting=self._engine.waiting(self._key),
+        )

@@ -1,0 +1,131 @@
+"""What a synchronizer tells the engine about itself: the vocabulary between the two.
+
+A primitive (the reentrant lock, the fair lock, each side of the read-write lock) is a
+small, I/O-free description: which scripts it runs with which keys and arguments, which
+channel wakes its waiters and how many a message wakes, whether newcomers queue behind
+local waiters, whether a waiter that gives up must tell the server, and how a hold renews.
+The engine (``_engine.py``) does everything else, once, for all of them: attempts, waiting,
+deadlines, cancellation and undo, the order of one holder's calls, lease-lost reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from ._config import check_name
+
+if TYPE_CHECKING:
+    from ._config import Settings
+    from ._holds import HoldRegistry
+    from ._scripts import Script
+
+__all__ = ("Call", "Invocation", "Primitive", "lock_wake_count")
+
+
+def lock_wake_count(data: bytes) -> int | None:
+    """Lock channels: ``0`` (unlock) wakes one waiter, ``1`` (write unlock) wakes all."""
+    return None if data == b"1" else 1
+
+
+class Invocation(NamedTuple):
+    """One script call, ready to send: the engine runs it and decodes its reply."""
+
+    script: Script
+    keys: list[str]
+    args: list[str | int]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """What one acquire call fixed before its first round trip."""
+
+    holder: str
+    task: asyncio.Task[Any] | None
+    field: str
+    lease_ms: int
+    # The lease recorded for the hold: None means the watchdog renews it.
+    won_lease: int | None
+    # The caller's wait: None forever, 0 a single attempt that never queues.
+    wait: float | None
+    deadline: float | None
+    # The task's count of cancel requests when the call started (see _cancel.py).
+    mark: int
+
+
+class Primitive:
+    """A lock type as the engine sees it: plain, sync methods, no I/O.
+
+    A lock type subclasses it and supplies its scripts (``acquire``, ``rollback``,
+    ``release``, ``force``) and its ``channel``; the rest has defaults for a hash-field
+    hold woken by Redisson's lock messages.
+    """
+
+    __slots__ = ("key", "name", "settings")
+
+    #: Newcomers queue behind this client's waiters instead of barging (lock types whose
+    #: release wakes one waiter): else the task that just released, trying at once,
+    #: re-takes the lock before the waiter woken by the release message can.
+    no_barging: ClassVar[bool] = False
+    #: A waiter that gives up must tell the server (the fair lock's queue).
+    leaves_queue: ClassVar[bool] = False
+    #: Waiters are shared: every message wakes them all, as what lets one in lets them
+    #: all in (readers); else only as many as the message's count says.
+    shared_waits: ClassVar[bool] = False
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self.settings = settings
+        #: The name as the user gave it (for messages).
+        self.name = check_name(name)
+        #: The key that holds the state: holds, waits and a holder's calls are per key.
+        self.key = settings.key_prefix + name
+
+    def wake_count(self, data: bytes) -> int | None:
+        """How many exclusive local waiters a message ``data`` on the channel wakes."""
+        return lock_wake_count(data)
+
+    def field(self, holder: str) -> str:
+        """The hash field of ``holder`` (the write lock appends ``:write``)."""
+        return holder
+
+    def channel(self, holder: str) -> str:  # pragma: no cover - abstract
+        """The channel whose messages wake ``holder``'s waits."""
+        raise NotImplementedError
+
+    def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
+        """Raise if an acquire by ``holder`` can never succeed (an upgrade); else nothing."""
+
+    def hold_kind(self, holder: str) -> tuple[str, str]:
+        """How a hold renews: its renewal kind and the extra data that kind needs."""
+        return "hash", ""
+
+    def acquire(
+        self, call: Call, target: int, tombstone: str
+    ) -> Invocation:  # pragma: no cover - abstract
+        """One attempt: take a hold if the holder has ``target - 1`` of them."""
+        raise NotImplementedError
+
+    def rollback(
+        self, call: Call, target: int, tombstone: str, reapply_ms: int
+    ) -> Invocation:  # pragma: no cover - abstract
+        """Undo an attempt cut off in flight: give back hold ``target`` if it was taken."""
+        raise NotImplementedError
+
+    def leave(self, call: Call) -> tuple[Invocation, int] | None:
+        """How to tell the server the call stopped waiting (None: nothing to tell).
+
+        With the invocation comes how many ms its entry lives there at most: resending it
+        longer is pointless.
+        """
+        return None
+
+    def release(
+        self, field: str, reapply_ms: int, latch: str
+    ) -> Invocation:  # pragma: no cover - abstract
+        """Release one hold of ``field``; ``latch`` makes a resend replay the first reply."""
+        raise NotImplementedError
+
+    def force(self) -> Invocation:  # pragma: no cover - abstract
+        """Delete the lock whoever holds it, and wake its waiters."""
+        raise NotImplementedError

@@ -130,28 +130,28 @@ class Engine:
         self, p: Primitive, owner: str | None, wait: float | None, lease: float | None
     ) -> bool:
         """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out."""
-        return await self._guarded(lambda mark: self._acquire(p, owner, wait, lease, mark))
-
-    async def _guarded(self, call: Callable[[int], Awaitable[T]]) -> T:
-        """Run a public acquire or release under the rules every such call keeps.
-
-        It is counted as under way (aclose() waits for it), and its task's cancel mark is
-        taken first (see _cancel.py).
-        """
-        mark = cancel_mark()
-        self.check_open()
-        self._background.call_started()
+        mark = self._call_starts()
         try:
-            return await call(mark)
+            return await self._acquire(p, owner, wait, lease, mark)
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
-            # another error): the cancel wins, as it would have had it been delivered. A
-            # release was made or is being completed (a loss was logged).
+            # another error): the cancel wins, as it would have had it been delivered.
             if cancelled_since(mark):
                 raise asyncio.CancelledError from exc
             raise
         finally:
             self._background.call_ended()
+
+    def _call_starts(self) -> int:
+        """Start a public acquire or release; return its task's cancel mark (_cancel.py).
+
+        The call counts as under way (aclose() waits for it). Each caller writes the rest
+        of the guard inline: a wrapper coroutine would cost every call a frame.
+        """
+        mark = cancel_mark()
+        self.check_open()
+        self._background.call_started()
+        return mark
 
     async def _acquire(
         self, p: Primitive, owner: str | None, wait: float | None, lease: float | None, mark: int
@@ -298,7 +298,7 @@ class Engine:
         # out: resend through connection errors (leaving twice removes nothing more).
         await self._until_answered(
             f"take a waiter of lock {p.name!r} out of its queue",
-            lambda: self._run(invocation),
+            lambda: self._runner.run(*invocation),
             lives_ms,
         )
 
@@ -327,7 +327,8 @@ class Engine:
             self._calls += 1
             tombstone = acquire_tombstone_key(p.key, f"{self._client_id}:{self._calls}")
             try:
-                reply = AcquireReply.decode(await self._run(p.acquire(call, target, tombstone)))
+                raw = await self._runner.run(*p.acquire(call, target, tombstone))
+                reply = AcquireReply.decode(raw)
             except ResponseError as exc:
                 # The script failed before it changed anything: nothing to roll back.
                 ticket.release()
@@ -397,7 +398,7 @@ class Engine:
             # Built in turn: the lease it re-applies depends on the holds left by then.
             hold = self._holds.get(p.key, call.field)
             reapply = hold.reapply_ms(self.settings.lease_ms) if hold else self.settings.lease_ms
-            await self._run(p.rollback(call, target, tombstone, reapply))
+            await self._runner.run(*p.rollback(call, target, tombstone, reapply))
 
         self._background.complete(
             ticket,
@@ -423,7 +424,17 @@ class Engine:
 
     async def release(self, p: Primitive, owner: str | None) -> None:
         """Release one hold of ``owner`` (None: the calling task) on ``p``."""
-        await self._guarded(lambda mark: self._release(p, owner, mark))
+        mark = self._call_starts()
+        try:
+            await self._release(p, owner, mark)
+        except Exception as exc:
+            # A cancel request came while the call ran (swallowed below aiolock, then
+            # another error): the cancel wins, as it would have had it been delivered.
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
+        finally:
+            self._background.call_ended()
 
     async def _release(self, p: Primitive, owner: str | None, mark: int) -> None:
         holder, _ = self.holder(owner)
@@ -449,7 +460,7 @@ class Engine:
             # While a release is in flight the watchdog may find the key gone: not a loss.
             hold.releasing += 1
         try:
-            result = decode_release(await self._run(p.release(field, reapply, latch)))
+            result = decode_release(await self._runner.run(*p.release(field, reapply, latch)))
         except _REFUSED:
             if hold is not None:
                 hold.releasing -= 1
@@ -515,7 +526,7 @@ class Engine:
         try:
             answered = await self._until_answered(
                 f"release lock {p.name!r} held by {holder}",
-                lambda: self._run(invocation),
+                lambda: self._runner.run(*invocation),
                 reapply,
                 on_unanswered=stop_renewing,
             )
@@ -579,7 +590,7 @@ class Engine:
         self.check_open()
         sent_at = self._holds.clock()
         try:
-            deleted = decode_force(await self._run(p.force()))
+            deleted = decode_force(await self._runner.run(*p.force()))
         except ResponseError as exc:
             raise script_error(p.name, p.key, exc) from exc
         if deleted:
@@ -598,7 +609,7 @@ class Engine:
 
     async def ask(self, p: Primitive, invocation: Invocation) -> Any:
         """Run a read-only script about ``p``."""
-        return await self._one_shot(p, lambda: self._run(invocation))
+        return await self._one_shot(p, lambda: self._runner.run(*invocation))
 
     async def _one_shot(self, p: Primitive, send: Callable[[], Awaitable[T]]) -> T:
         """A call that changes nothing: an error reply names ``p``, a cancel wins."""
@@ -628,10 +639,6 @@ class Engine:
         return replies
 
     # -- plumbing -------------------------------------------------------------------------
-
-    async def _run(self, invocation: Invocation) -> Any:
-        script, keys, args = invocation
-        return await self._runner.run(script, keys, args)
 
     async def _until_answered(
         self,

@@ -6,7 +6,8 @@ script, py.typed) fails them. Reuse a prebuilt wheel with
 ``nox -s tests -- --installpkg dist/aiolock-X-py3-none-any.whl [pytest args]``.
 
 ``tests`` runs once per Python of the classifiers in pyproject.toml (``tests-3.11``,
-``tests-3.12``, ...), ``faults`` on the oldest and the newest of them; ``nox -s tests-3.12``
+``tests-3.12``, ...), ``tests_oldest_redis`` on the oldest of them with the oldest redis-py
+the package accepts, ``faults`` on the oldest and the newest; ``nox -s tests-3.12``
 picks one. An interpreter nox cannot find is skipped with a warning, except where ``CI`` is
 set or ``--error-on-missing-interpreters`` is given: then it fails the run. lint, mypy and
 bench run on the Python that runs nox.
@@ -51,6 +52,24 @@ def tests(session: nox.Session) -> None:
     """Run pytest against the installed wheel; pass pytest arguments after ``--``."""
     pytest_args = _install_wheel(session, "tests")
     # nox fails on any non-zero exit, so pytest's 5 ("no tests collected") fails too.
+    session.run("pytest", *pytest_args)
+
+
+def _oldest_redis_py() -> str:
+    """The lowest redis-py the package declares (``redis[hiredis]>=X``), pinned: ``==X``."""
+    for requirement in PYPROJECT["project"]["dependencies"]:
+        name, _, lowest = requirement.partition(">=")
+        if name.strip().startswith("redis"):
+            return f"{name.strip()}=={lowest.split(',')[0].strip()}"
+    raise LookupError("no redis requirement in pyproject.toml")
+
+
+@nox.session(python=PYTHONS[0])
+def tests_oldest_redis(session: nox.Session) -> None:
+    """The test suite on the oldest Python with the oldest redis-py the package accepts."""
+    pytest_args = _install_wheel(session, "tests")
+    session.install(_oldest_redis_py())
+    session.run("python", "-c", "import redis; print('redis-py', redis.__version__)")
     session.run("pytest", *pytest_args)
 
 

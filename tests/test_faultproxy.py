@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import hiredis
 import pytest
+from redis._parsers.resp3 import _AsyncRESP3Parser
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
@@ -151,6 +152,10 @@ async def test_forwards_and_counts(
     await raw.delete(*[f"{uid}:{i}" for i in range(100)])
 
 
+@pytest.mark.skipif(
+    not hasattr(_AsyncRESP3Parser, "set_invalidation_push_handler"),
+    reason="redis-py before 5.1 hands a RESP3 invalidation push to the next command as its reply",
+)
 async def test_resp3_push_does_not_shift_replies(
     proxy: FaultProxy, connect: Connect, raw: Redis, uid: str
 ) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from redis.asyncio import Redis
+from redis.asyncio import ConnectionPool, Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
@@ -23,9 +24,17 @@ async def pool(redis_url: str) -> AsyncIterator[BoundedPool]:
     await made.disconnect()
 
 
+# redis-py before 5.3 requires a command name for a checkout; later ones deprecate it.
+_NEEDS_COMMAND_NAME = (
+    inspect.signature(ConnectionPool.get_connection).parameters["command_name"].default
+    is inspect.Parameter.empty
+)
+
+
 async def _checkout(pool: BoundedPool) -> Any:
-    # A command name: redis-py before 6 requires one.
-    return await pool.get_connection("PING")
+    if _NEEDS_COMMAND_NAME:
+        return await pool.get_connection("PING")
+    return await pool.get_connection()
 
 
 def test_from_url_builds_a_bounded_pool(redis_url: str) -> None:

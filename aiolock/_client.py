@@ -134,7 +134,6 @@ class Client:
             dispatcher=self._dispatcher,
             background=self._background,
             latches=self._latches,
-            client_id=self.id,
         )
 
     @classmethod

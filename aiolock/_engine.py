@@ -78,7 +78,6 @@ class Engine:
         dispatcher: Dispatcher,
         background: Background,
         latches: LatchSweeper,
-        client_id: str,
     ) -> None:
         self.settings = settings
         self._ids = ids
@@ -90,7 +89,6 @@ class Engine:
         self._dispatcher = dispatcher
         self._background = background
         self._latches = latches
-        self._client_id = client_id
         self._calls = 0
         self.closed = False
         # Whether a call was ever made: only then is a client never closed worth a warning.
@@ -325,7 +323,7 @@ class Engine:
             # A hold known lost counts for nothing: the server no longer has it.
             target = (hold.count if hold and hold.lost is None else 0) + 1
             self._calls += 1
-            tombstone = acquire_tombstone_key(p.key, f"{self._client_id}:{self._calls}")
+            tombstone = acquire_tombstone_key(p.key, f"{self._ids.client_id}:{self._calls}")
             try:
                 raw = await self._runner.run(*p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)

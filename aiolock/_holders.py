@@ -19,10 +19,11 @@ __all__ = ("HolderIds",)
 class HolderIds:
     """Assigns holder ids to tasks for one client."""
 
-    __slots__ = ("_client_id", "_counter", "_ids")
+    __slots__ = ("_counter", "_ids", "client_id")
 
     def __init__(self, client_id: str) -> None:
-        self._client_id = client_id
+        #: The client's id, the first part of every holder id it hands out.
+        self.client_id = client_id
         self._counter = itertools.count(1)
         self._ids: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
 
@@ -41,9 +42,9 @@ class HolderIds:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
         holder = self._ids.get(task)
         if holder is None:
-            holder = self._ids[task] = f"{self._client_id}:{next(self._counter)}"
+            holder = self._ids[task] = f"{self.client_id}:{next(self._counter)}"
         return holder, task
 
     def owner(self, owner: str) -> str:
         """The holder id of an explicit ``owner=``: never equal to a task's (API.md)."""
-        return f"{self._client_id}:owner:{owner}"
+        return f"{self.client_id}:owner:{owner}"

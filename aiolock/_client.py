@@ -1,4 +1,4 @@
-"""The aiolock client: one command pool, ONE pub/sub connection, ONE renewal task."""
+"""The aiolock client: ONE command connection, ONE pub/sub connection, ONE renewal task."""
 
 from __future__ import annotations
 
@@ -19,11 +19,11 @@ from ._holds import HoldRegistry
 from ._latches import LatchSweeper
 from ._lock import Lock
 from ._ordering import CallOrder
-from ._pool import BoundedPool
 from ._pubsub import Dispatcher
 from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
 from ._scripts import ScriptRunner
+from ._transport import CommandTransport
 from ._waiting import WaitingRoom
 
 if TYPE_CHECKING:
@@ -39,16 +39,15 @@ _UNBOUNDED_SEND = 30.0
 _BACKOFF_CAP = 10.0
 # Margin on every latch and tombstone beyond the last resend that can still reach the server.
 _LATCH_MARGIN = 5.0
-# Command connections of a client built from a URL, and how long a call waits for one.
-_POOL_SIZE = 64
-_POOL_WAIT = 30.0
 
 
 class Client:
     """An aiolock client: the factory of lock handles over one Redis connection setup.
 
     ``Client.from_url(url, **options)`` owns its redis client; ``Client(redis, **options)``
-    wraps a ``redis.asyncio.Redis`` you own and close yourself. Connections open lazily.
+    takes the connection settings of a ``redis.asyncio.Redis`` you own and close yourself.
+    Either way aiolock opens connections of its own with those settings (one for commands,
+    one for pub/sub), lazily, and never uses or changes the redis client's pool.
     Close with ``await client.aclose()`` or ``async with client:``.
     """
 
@@ -101,12 +100,17 @@ class Client:
         # The services, each in the module named for it; the engine is the handles' only
         # way to them.
         self._background = Background()
+        # redis-py builds every connection aiolock opens, from the user's pool settings.
+        make_connection = redis.connection_pool.make_connection
+        self._transport = CommandTransport(make_connection, deadline=_reply_deadline(redis))
         self._runner = ScriptRunner(
-            redis, retry_attempts=options.retry_attempts, retry_interval=options.retry_interval
+            self._transport,
+            retry_attempts=options.retry_attempts,
+            retry_interval=options.retry_interval,
         )
         self._waiting = WaitingRoom()
         self._dispatcher = Dispatcher(
-            redis,
+            make_connection,
             self._waiting,
             subscribe_timeout=options.subscribe_timeout,
             spawn=self._background.spawn,
@@ -151,11 +155,8 @@ class Client:
         """A client that owns a new ``redis.asyncio.Redis`` for ``url`` and closes it."""
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
-        # A bounded pool: a burst of acquires beyond the pool size waits for a connection
-        # instead of failing (the default pool raises MaxConnectionsError at 100 in use).
-        redis = Redis.from_pool(
-            BoundedPool.from_url(url, max_connections=_POOL_SIZE, timeout=_POOL_WAIT)
-        )
+        # Only its settings are used: aiolock's connections are its own (see __init__).
+        redis = Redis.from_url(url)
         try:
             client = cls(
                 redis,
@@ -226,6 +227,7 @@ class Client:
         await self._order.drained()
         await self._background.drain()
         await self._latches.flush()
+        await self._transport.aclose()
         for hold in self._holds:
             if hold.count and hold.lost is None:
                 log.warning(
@@ -247,6 +249,15 @@ class Client:
                 stacklevel=1,
                 source=self,
             )
+
+
+def _reply_deadline(redis: Redis) -> float:
+    """How long the command connection waits for a reply before it counts as dead.
+
+    The connection's socket timeout, else ``_UNBOUNDED_SEND``.
+    """
+    conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+    return float(conn.socket_timeout or _UNBOUNDED_SEND)
 
 
 def _call_seconds(redis: Redis, options: ClientOptions) -> float:

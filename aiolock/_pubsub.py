@@ -1,15 +1,17 @@
 """The client's ONE pub/sub connection: reference-counted subscriptions and the reader.
 
 State changes (counting subscribers, handling a reply) are plain sync methods; the I/O
-(SUBSCRIBE/UNSUBSCRIBE, reading) happens at the edges. Every message goes to the waiting
-room (``_waiting.py``), which wakes the waiters it concerns; so does every (re)confirmed
-subscription, since messages published while it was down are lost.
+(SUBSCRIBE/UNSUBSCRIBE, reading) happens at the edges. The connection is a wire of
+aiolock's own (``_wire.py``): messages are parsed and delivered in the event loop's
+callback, with no task and no timeout per message; one timer checks that the connection is
+alive. Every message goes to the waiting room (``_waiting.py``), which wakes the waiters it
+concerns; so does every (re)confirmed subscription, since messages published while it was
+down are lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -20,10 +22,11 @@ from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._exceptions import ClientClosedError
+from ._resp import pack
 from ._waiting import wait_event
+from ._wire import Wire, open_wire
 
 if TYPE_CHECKING:
-    from redis.asyncio import Redis
     from redis.asyncio.connection import AbstractConnection
 
     from ._waiting import WaitingRoom
@@ -74,7 +77,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        redis: Redis,
+        make_connection: Callable[[], AbstractConnection],
         room: WaitingRoom,
         *,
         subscribe_timeout: float,
@@ -82,20 +85,25 @@ class Dispatcher:
         keepalive: float = 10.0,
         linger: float = 0.5,
     ) -> None:
-        self._redis = redis
+        self._make_connection = make_connection
         # Where messages and (re)confirmations go: it wakes the waiters they concern.
         self._room = room
         self._linger = linger
         self._subscribe_timeout = subscribe_timeout
         self._spawn = spawn
-        self._keepalive = keepalive
+        self._keepalive_period = keepalive
         self._channels: dict[str, _Channel] = {}
         # Replies to (UN)SUBSCRIBE come back in order per channel on one connection; this
         # queue of what was sent tells a reply to an old SUBSCRIBE from the current one.
         self._sent: dict[str, deque[bool]] = {}
-        self._outbox: deque[tuple[str, bool]] = deque()
-        self._writing = False
-        self._conn: AbstractConnection | None = None
+        self._wire: Wire | None = None
+        # Set when the current wire ends (the reader task waits on it).
+        self._ended: asyncio.Future[Exception] | None = None
+        self._proven = False
+        # The keepalive: whether anything came since the last check, and a PING is out.
+        self._heard = False
+        self._pinged = False
+        self._keepalive_timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
         self.reconnects = 0
@@ -154,13 +162,67 @@ class Dispatcher:
     def _enqueue(self, name: str, *, subscribe: bool) -> None:
         # Without a connection there is nothing to do: the reconnect subscribes exactly
         # the channels that have subscribers then.
-        if self._conn is None:
+        wire = self._wire
+        if wire is None:
             return
         self._sent.setdefault(name, deque()).append(subscribe)
-        self._outbox.append((name, subscribe))
-        if not self._writing:
-            self._writing = True
-            self._spawn(self._write())
+        wire.write(pack("SUBSCRIBE" if subscribe else "UNSUBSCRIBE", name))
+
+    # The wire's listener: replies and pushes are both messages or confirmations here.
+
+    def on_reply(self, reply: Any) -> None:
+        self._heard = True
+        if isinstance(reply, ResponseError):
+            # An answer, not a broken connection: the server refuses a command.
+            self._refused(reply)
+            if self._wire is not None:
+                self._wire.close(reply)
+            return
+        if not self._proven:
+            # A first reply that is no refusal: the connection works. The next time it
+            # drops, reconnect quickly again.
+            self._proven = True
+            self._backoff = _MIN_BACKOFF
+            if self._refusal is not None:
+                log.info("aiolock: the server accepts pub/sub commands again")
+                self._refusal = None
+        self._on_reply(reply)
+
+    on_push = on_reply
+
+    def on_lost(self, wire: Wire, exc: Exception) -> None:
+        if wire is not self._wire:
+            return
+        self._wire = None
+        if self._keepalive_timer is not None:
+            self._keepalive_timer.cancel()
+            self._keepalive_timer = None
+        for channel in self._channels.values():
+            channel.confirmed.clear()
+        ended = self._ended
+        if ended is not None and not ended.done():
+            ended.set_result(exc)
+
+    def _keepalive(self) -> None:
+        # Nothing heard for a whole period: make sure the connection is alive, since a
+        # silently dropped one would otherwise deliver nothing ever again; a PING that is
+        # not answered within the next period ends it.
+        wire = self._wire
+        if wire is None:
+            self._keepalive_timer = None
+            return
+        if self._heard:
+            self._heard = False
+            self._pinged = False
+        elif self._pinged:
+            wire.close(RedisTimeoutError("pub/sub connection did not answer a PING"))
+            return
+        else:
+            wire.write(pack("PING"))
+            self._pinged = True
+        self._keepalive_timer = asyncio.get_running_loop().call_later(
+            self._keepalive_period, self._keepalive
+        )
 
     def _on_reply(self, reply: Any) -> None:
         if isinstance(reply, bytes | str):  # +PONG outside subscribed mode
@@ -230,52 +292,24 @@ class Dispatcher:
             "(subscribe_timeout)"
         )
 
-    async def _write(self) -> None:
-        # One writer sends in the order the state changes were made, so the replies match
-        # the queue of what was sent per channel.
-        try:
-            while self._outbox and self._conn is not None:
-                conn = self._conn
-                name, subscribe = self._outbox.popleft()
-                names = [name]
-                while self._outbox and self._outbox[0][1] == subscribe:
-                    names.append(self._outbox.popleft()[0])
-                command = "SUBSCRIBE" if subscribe else "UNSUBSCRIBE"
-                try:
-                    await conn.send_command(command, *names, check_health=False)
-                except Exception as exc:
-                    # Nothing to undo: the reader sees the same broken connection,
-                    # reconnects and subscribes what has subscribers then.
-                    log.debug("aiolock: pub/sub %s failed: %r", command, exc)
-        finally:
-            self._writing = False
-
     async def _run(self) -> None:
         first = True
+        loop = asyncio.get_running_loop()
         while not self.closed:
-            conn = self._redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
+            wire: Wire | None = None
             try:
-                await conn.connect()
-                self._sent.clear()
-                self._outbox.clear()
-                names = list(self._channels)
-                self._conn = conn
-                if not first:
-                    self.reconnects += 1
-                    # Once per attempt: quiet while the server keeps refusing (_refused).
-                    log.log(
-                        logging.DEBUG if self._refusal else logging.INFO,
-                        "aiolock: pub/sub reconnected; restoring %d channels",
-                        len(names),
-                    )
+                self._ended = loop.create_future()
+                self._proven = False
+                wire = await open_wire(self._make_connection, self, pushes=True)
+                if self._closed_now():
+                    break
+                self._connected(wire, again=not first)
                 first = False
-                if names:
-                    for name in names:
-                        self._sent.setdefault(name, deque()).append(True)
-                    await conn.send_command("SUBSCRIBE", *names, check_health=False)
-                await self._read(conn)
+                exc = await self._ended
+                if not self._closed_now() and not isinstance(exc, ResponseError):
+                    log.warning("aiolock: pub/sub connection lost (%s); reconnecting", exc)
             except ResponseError as exc:
-                # An answer, not a broken connection: the server refuses the command.
+                # Refused during the handshake (an ACL without the right to connect).
                 if not self.closed:
                     self._refused(exc)
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
@@ -286,14 +320,35 @@ class Dispatcher:
                 # lease-bounded timeout alone.
                 log.exception("aiolock: pub/sub reader failed; reconnecting")
             finally:
-                self._conn = None
-                for channel in self._channels.values():
-                    channel.confirmed.clear()
-                with contextlib.suppress(Exception):
-                    await conn.disconnect(nowait=True)
+                if wire is not None:
+                    if not wire.closed:
+                        wire.close()  # its on_lost clears what was subscribed
+                    await wire.dispose()
             if not self.closed:
                 await asyncio.sleep(self._backoff)
                 self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+
+    def _connected(self, wire: Wire, *, again: bool) -> None:
+        """Use ``wire`` from now on: subscribe every channel with subscribers."""
+        self._sent.clear()
+        names = list(self._channels)
+        self._wire = wire
+        if again:
+            self.reconnects += 1
+            # Once per attempt: quiet while the server keeps refusing (_refused).
+            log.log(
+                logging.DEBUG if self._refusal else logging.INFO,
+                "aiolock: pub/sub reconnected; restoring %d channels",
+                len(names),
+            )
+        if names:
+            for name in names:
+                self._sent.setdefault(name, deque()).append(True)
+            wire.write(pack("SUBSCRIBE", *names))
+        self._heard = self._pinged = False
+        self._keepalive_timer = asyncio.get_running_loop().call_later(
+            self._keepalive_period, self._keepalive
+        )
 
     def _refused(self, exc: ResponseError) -> None:
         """The server refused a reader command: most likely SUBSCRIBE, denied by an ACL.
@@ -320,32 +375,6 @@ class Dispatcher:
                 channel.confirmed.set()
                 channel.confirmed.clear()
 
-    async def _read(self, conn: AbstractConnection) -> None:
-        pinged = False
-        proven = False
-        while not self.closed:
-            reply = await conn.read_response(
-                timeout=self._keepalive, disconnect_on_error=False, push_request=True
-            )
-            if reply is None:
-                # Nothing for a while: make sure the connection is alive, since a silently
-                # dropped one would otherwise deliver nothing ever again.
-                if pinged:
-                    raise RedisTimeoutError("pub/sub connection did not answer a PING")
-                await conn.send_command("PING", check_health=False)
-                pinged = True
-                continue
-            pinged = False
-            self._on_reply(reply)
-            if not proven:
-                # A first reply that is no refusal: the connection works. The next time it
-                # drops, reconnect quickly again.
-                proven = True
-                self._backoff = _MIN_BACKOFF
-                if self._refusal is not None:
-                    log.info("aiolock: the server accepts pub/sub commands again")
-                    self._refusal = None
-
     async def aclose(self) -> None:
         """Release whoever waits in subscribe() and close the connection.
 
@@ -360,12 +389,11 @@ class Dispatcher:
         if reader is None:
             return
         reader.cancel()
-        # A cancel that lands inside redis-py's connect() can be swallowed there, leaving
-        # the reader in a read: closing the socket under it ends that read for sure.
-        conn = self._conn
-        if conn is not None:
-            with contextlib.suppress(Exception):
-                await conn.disconnect(nowait=True)
+        # A cancel that lands inside redis-py's connect() can be swallowed there: the
+        # reader then sees the closed flag, or the wire's end, and stops.
+        wire = self._wire
+        if wire is not None:
+            wire.close()
         done, _ = await asyncio.wait([reader], timeout=_CLOSE_WAIT)
         if not done:
             log.warning("aiolock: pub/sub reader did not stop within %g s", _CLOSE_WAIT)

@@ -1,10 +1,11 @@
-"""Lua scripts shipped as package data, and the one place they are run and decoded.
+"""Lua scripts shipped as package data, and the one place they are run.
 
-Each script is loaded once from ``aiolock/lua/`` and run by EVALSHA; on NOSCRIPT (a fresh or
-flushed server) it is loaded with SCRIPT LOAD and run again. Transient connection errors are
-retried with the same arguments: every script is written so that a resend is harmless
-(acquire by target count, release by unlock latch, rollback by tombstone, renewal is
-idempotent).
+Each script is loaded once from ``aiolock/lua/`` and run by EVALSHA on the client's command
+connection (``_transport.py``); on NOSCRIPT (a fresh or flushed server) its text is loaded
+with SCRIPT LOAD through the same connection and the call sent again. Transient connection
+errors are retried with the same arguments: every script is written so that a resend is
+harmless (acquire by target count, release by unlock latch, rollback by tombstone, renewal
+is idempotent).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._lua import read_script
+from ._resp import pack, pack_script, script_prefix
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
-    from redis.asyncio import Redis
+    from ._transport import CommandTransport
 
 __all__ = ("Script", "ScriptRunner", "load_script")
 
@@ -39,9 +41,19 @@ class Script:
     name: str
     text: str
     sha: str = field(init=False)
+    #: What every EVALSHA of it starts with on the wire, and its SCRIPT LOAD, packed once.
+    prefix: bytes = field(init=False, repr=False)
+    load: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sha", hashlib.sha1(self.text.encode()).hexdigest())  # noqa: S324
+        sha = hashlib.sha1(self.text.encode()).hexdigest()  # noqa: S324
+        object.__setattr__(self, "sha", sha)
+        object.__setattr__(self, "prefix", script_prefix(sha))
+        object.__setattr__(self, "load", pack("SCRIPT", "LOAD", self.text))
+
+    def packed(self, keys: list[str], args: list[str | int]) -> bytes:
+        """``EVALSHA`` of this script with ``keys`` and ``args``, as wire bytes."""
+        return pack_script(self.prefix, keys, args)
 
 
 _cache: dict[str, Script] = {}
@@ -60,58 +72,69 @@ def load_script(name: str) -> Script:
 
 
 class ScriptRunner:
-    """Runs the package's scripts on one client's command connections.
+    """Runs the package's scripts on one client's command connection.
 
     It belongs to one :class:`~aiolock.Client` (never shared at class level), so scripts
     always go to that client's server.
     """
 
-    __slots__ = ("_redis", "_retry_attempts", "_retry_interval")
+    __slots__ = ("_retry_attempts", "_retry_interval", "_transport")
 
-    def __init__(self, redis: Redis, *, retry_attempts: int, retry_interval: float) -> None:
-        self._redis = redis
+    def __init__(
+        self, transport: CommandTransport, *, retry_attempts: int, retry_interval: float
+    ) -> None:
+        self._transport = transport
         self._retry_attempts = retry_attempts
         self._retry_interval = retry_interval
 
     async def run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
         """Run ``script`` with ``keys``/``args``, retrying transient connection errors."""
-        return await self._retrying(lambda: self._evalsha(script, keys, args), script.name)
-
-    async def _evalsha(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        command = script.packed(keys, args)
         try:
-            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
+            return await self._transport.call(command)
         except NoScriptError:
-            # The server lost its script cache (restart, SCRIPT FLUSH, failover): load the
-            # text once and resend. The SHA is the same, so concurrent callers converge.
-            await self._redis.script_load(script.text)
-            return await self._redis.evalsha(script.sha, len(keys), *keys, *args)
+            pass
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            if not self._retry_attempts:
+                raise
+            log.debug("retrying %s after %r (attempt 1)", script.name, exc)
+            await asyncio.sleep(self._retry_interval)
+            return await self._retrying(
+                lambda: self._evalsha(script, command), script.name, attempt=1
+            )
+        return await self._retrying(lambda: self._reload(script, command), script.name)
+
+    async def _evalsha(self, script: Script, command: bytes) -> Any:
+        try:
+            return await self._transport.call(command)
+        except NoScriptError:
+            return await self._reload(script, command)
+
+    async def _reload(self, script: Script, command: bytes) -> Any:
+        # The server lost its script cache (restart, SCRIPT FLUSH, failover): load the text
+        # once and resend. The SHA is the same, so concurrent callers converge.
+        await self._transport.call(script.load)
+        return await self._transport.call(command)
 
     async def run_batch(
         self, script: Script, calls: list[tuple[list[str], list[str | int]]]
     ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in ``calls``, all in one round trip.
 
-        One connection checkout for the lot, so a background job (the watchdog) does not
-        queue behind a burst of lock calls once per script call. Returns one entry per
-        call: its reply, or the error reply as an exception, for the caller to judge.
-        Transient connection errors resend the whole batch: only for idempotent scripts.
+        Returns one entry per call: its reply, or the error reply as an exception, for the
+        caller to judge. Transient connection errors resend the whole batch: only for
+        idempotent scripts.
         """
-
-        async def send(indexes: list[int]) -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for index in indexes:
-                    keys, args = calls[index]
-                    pipe.evalsha(script.sha, len(keys), *keys, *args)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
-                return replies
+        commands = [script.packed(keys, args) for keys, args in calls]
 
         async def send_all() -> list[Any]:
-            replies = await send(list(range(len(calls))))
+            replies = await self._transport.call_many(commands)
             missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
             if missing:
                 # As in run(): the server lost its script cache; load once, resend those.
-                await self._redis.script_load(script.text)
-                for index, reply in zip(missing, await send(missing), strict=True):
+                await self._transport.call(script.load)
+                again = await self._transport.call_many([commands[i] for i in missing])
+                for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return replies
 
@@ -119,28 +142,18 @@ class ScriptRunner:
 
     async def command(self, *args: str | int) -> Any:
         """Run one plain command with the same retry policy."""
-        return await self._retrying(
-            lambda: self._redis.execute_command(*args),  # type: ignore[no-untyped-call]
-            str(args[0]),
-        )
+        command = pack(*args)
+        return await self._retrying(lambda: self._transport.call(command), str(args[0]))
 
     async def pipeline(self, *commands: tuple[str, ...]) -> list[Any]:
         """Run plain commands in one round trip, with the same retry policy.
 
         Error replies come back in the list (as exceptions), for the caller to judge.
         """
+        packed = [pack(*command) for command in commands]
+        return await self._retrying(lambda: self._transport.call_many(packed), "pipeline")
 
-        async def send() -> list[Any]:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for command in commands:
-                    pipe.execute_command(*command)
-                replies: list[Any] = await pipe.execute(raise_on_error=False)
-                return replies
-
-        return await self._retrying(send, "pipeline")
-
-    async def _retrying(self, call: Callable[[], Awaitable[T]], what: str) -> T:
-        attempt = 0
+    async def _retrying(self, call: Callable[[], Awaitable[T]], what: str, attempt: int = 0) -> T:
         while True:
             try:
                 return await call()

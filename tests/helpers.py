@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.asyncio.connection import Connection
 
+import aiolock
 from aiolock._scripts import load_script
 
 
@@ -38,7 +38,8 @@ class Gate:
     Armed ``before_send``, it holds the call before it is sent instead (``sent`` is then
     set when the call is ready to go). Armed ``swallow_cancel``, a cancel that lands while
     the reply is held is swallowed and the reply returned all the same, as Python 3.11's
-    ``asyncio.wait_for`` (which redis-py wraps around every socket write) can do.
+    ``asyncio.wait_for`` can do (aiolock's transport uses none, but the engine must hold
+    even then). It sits on the client's command connection (:meth:`attach`).
     """
 
     def __init__(self) -> None:
@@ -56,52 +57,46 @@ class Gate:
         self.sent = asyncio.Event()
         self.release = asyncio.Event()
 
+    def attach(self, client: aiolock.Client) -> aiolock.Client:
+        """Gate ``client``'s command connection; returns the client."""
+        transport: Any = client._transport
+        original = transport.call
 
-class _GatedConnection(Connection):
-    gate: Gate
-    _gated = False
-
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        gate = self.gate
-        data = b"".join(command) if isinstance(command, list) else command
-        if gate.target is not None and isinstance(data, bytes) and gate.target in data:
-            gate.target = None
-            if gate.before_send:
-                gate.sent.set()
-                await gate.release.wait()
-                await super().send_packed_command(command, check_health)
-                return
-            self._gated = True
-        await super().send_packed_command(command, check_health)
-        if self._gated:
-            gate.sent.set()
-
-    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
-        if self._gated:
-            self._gated = False
+        async def call(command: bytes) -> Any:
+            if self.target is None or self.target not in command:
+                return await original(command)
+            self.target = None
+            if self.before_send:
+                self.sent.set()
+                await self.release.wait()
+                return await original(command)
+            # Written to the server, as the transport writes a call: its reply is then
+            # held back until release, as if the server were slow to answer.
+            wire = await transport._ready(1)
+            future = asyncio.get_running_loop().create_future()
+            transport._put(wire, command, future)
+            self.sent.set()
             try:
-                await self.gate.release.wait()
+                await self.release.wait()
             except asyncio.CancelledError:
-                if not self.gate.swallow_cancel:
-                    await self.disconnect(nowait=True)
+                if not self.swallow_cancel:
+                    future.cancel()  # what a cancelled caller's future is: its reply dropped
                     raise
                 # What 3.11's wait_for does when the cancel and the result meet: it
                 # returns the result and the task carries on with cancelling() > 0.
-                await self.gate.release.wait()
-            except BaseException:
-                # Exactly what redis-py does when a pending read is interrupted: the
-                # reply can no longer be matched to its command, so drop the connection.
-                await self.disconnect(nowait=True)
-                raise
-        return await super().read_response(*args, **kwargs)
+                await self.release.wait()
+            reply = await future
+            if isinstance(reply, Exception):
+                raise reply
+            return reply
+
+        transport.call = call
+        return client
 
 
 def gated_redis(url: str) -> tuple[Redis, Gate]:
-    """A redis client whose connections pause the reply of a gated command."""
-    gate = Gate()
-    connection_class = type("GatedConnection", (_GatedConnection,), {"gate": gate})
-    redis = Redis.from_url(url, connection_class=connection_class)
-    return redis, gate
+    """A redis client and a gate to :meth:`~Gate.attach` to the aiolock client built on it."""
+    return Redis.from_url(url), Gate()
 
 
 def _settling(client: Any) -> set[Any]:

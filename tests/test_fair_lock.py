@@ -187,7 +187,7 @@ async def next_message(pubsub: PubSub, limit: float = LIMIT) -> tuple[str, str]:
 async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
     """A client whose chosen script reply can be held back after the command was sent."""
     redis, gate = gated_redis(redis_url)
-    client = aiolock.Client(redis)
+    client = gate.attach(aiolock.Client(redis))
     yield client, gate
     await client.aclose()
     await redis.aclose()

@@ -450,7 +450,7 @@ PROMPT = 5.0
 async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
     """A client (default options) whose chosen script call can be held back."""
     redis, gate = gated_redis(redis_url)
-    client = aiolock.Client(redis)
+    client = gate.attach(aiolock.Client(redis))
     yield client, gate
     await client.aclose()
     await redis.aclose()

@@ -77,7 +77,7 @@ async def test_rollback_without_answer_is_retried_until_the_server_is_back(
     """An acquire cancelled in flight whose rollback cannot reach the server is rolled back
     once it is back, not left held until its lease runs out (found by the fault suite)."""
     redis, gate = gated_redis(server.url)
-    client = aiolock.Client(redis, retry_attempts=0, retry_interval=0.05)
+    client = gate.attach(aiolock.Client(redis, retry_attempts=0, retry_interval=0.05))
     lock = client.lock("outage")
     try:
         for script in ("lock_acquire", "lock_rollback"):  # a NOSCRIPT reply would be gated

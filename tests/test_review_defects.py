@@ -29,7 +29,7 @@ LIMIT = 10.0
 async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
     """A client whose chosen script call can be held back, before or after it is sent."""
     redis, gate = gated_redis(redis_url)
-    client = aiolock.Client(redis)
+    client = gate.attach(aiolock.Client(redis))
     yield client, gate
     gate.release.set()
     await client.aclose()

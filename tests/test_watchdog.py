@@ -11,7 +11,6 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
-from aiolock._pool import BoundedPool
 from aiolock._renewal import BATCH_SIZE
 
 from .conftest import ClientFactory
@@ -117,41 +116,43 @@ async def test_renewal_is_batched(make_client: ClientFactory, raw: Redis, uid: s
         await lock.unlock()
 
 
-async def test_renewal_round_waits_for_one_connection_not_one_per_batch(
-    redis_url: str, uid: str
+async def test_renewal_round_is_one_round_trip_not_one_per_lock(
+    make_client: ClientFactory, raw: Redis, uid: str
 ) -> None:
-    """A round's batches go out in one round trip: under a burst of lock calls queued for
-    the pool, the watchdog waits its turn once, not once per 100 locks (found by the fault
-    suite, where a round of 100 calls queued 100 times and leases ran out while held)."""
-    checkouts = 0
+    """A round's renewals go out as one pipelined batch, so a burst of lock calls holds
+    it up once, not once per lock (found by the fault suite, where a round of 100 calls
+    queued 100 times and leases ran out while held); NOSCRIPT costs two more."""
+    client = make_client(watchdog_timeout=3600)
+    transport: Any = client._transport
+    sends = 0
+    call, call_many = transport.call, transport.call_many
 
-    class CountingPool(BoundedPool):
-        async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
-            nonlocal checkouts
-            checkouts += 1
-            return await super().get_connection(*args, **kwargs)
+    async def counted_call(command: bytes) -> Any:
+        nonlocal sends
+        sends += 1
+        return await call(command)
 
-    redis = Redis.from_pool(CountingPool.from_url(redis_url, max_connections=4, timeout=5.0))
-    client = aiolock.Client(redis, watchdog_timeout=3600)
+    async def counted_call_many(commands: list[bytes]) -> Any:
+        nonlocal sends
+        sends += 1
+        return await call_many(commands)
+
+    transport.call, transport.call_many = counted_call, counted_call_many
     names = [f"test:{uid}:{i}" for i in range(250)]
-    try:
-        for name in names:
-            await client.lock(name, owner="bulk").lock()
-        await redis.script_flush()  # and the NOSCRIPT fallback resends the batch
-        checkouts, before = 0, client._renewal.calls
-        assert await client._renewal.renew_once()
-        assert client._renewal.calls - before == 3
-        assert checkouts == 3  # the batch, SCRIPT LOAD, the batch again
-        await redis.pexpire(names[-1], 60_000)
-        checkouts = 0
-        assert await client._renewal.renew_once()
-        assert checkouts == 1
-        assert await redis.pttl(names[-1]) > 60_000
-    finally:
-        for name in names:
-            await client.lock(name, owner="bulk").unlock()
-        await client.aclose()
-        await redis.aclose()
+    for name in names:
+        await client.lock(name, owner="bulk").lock()
+    await raw.script_flush()  # and the NOSCRIPT fallback resends the batch
+    sends, before = 0, client._renewal.calls
+    assert await client._renewal.renew_once()
+    assert client._renewal.calls - before == 3
+    assert sends == 3  # the batch, SCRIPT LOAD, the batch again
+    await raw.pexpire(names[-1], 60_000)
+    sends = 0
+    assert await client._renewal.renew_once()
+    assert sends == 1
+    assert await raw.pttl(names[-1]) > 60_000
+    for name in names:
+        await client.lock(name, owner="bulk").unlock()
 
 
 async def test_one_broken_key_does_not_stop_its_batch(

@@ -1,0 +1,290 @@
+"""aiolock's own command connection on a real server, directly and through the fault proxy.
+
+Every test runs on both wires: the direct one (hiredis on the socket's callbacks) and the
+public-API fallback (redis-py's own reads and writes, ``AIOLOCK_WIRE=redis-py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+import aiolock
+from aiolock._exceptions import ClientClosedError
+from aiolock._resp import pack
+from aiolock._scripts import ScriptRunner, load_script
+from aiolock._transport import CommandTransport
+
+from .faultproxy import FaultProxy, command
+
+Make = Callable[..., CommandTransport]
+
+
+@pytest.fixture(params=["direct", "redis-py"])
+def wire(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Which wire the transports of the test use."""
+    kind: str = request.param
+    monkeypatch.setenv("AIOLOCK_WIRE", kind)
+    return kind
+
+
+@pytest.fixture
+async def make(wire: str, redis_url: str) -> AsyncIterator[Make]:
+    """Transports to ``url`` (the test server by default), closed after the test."""
+    made: list[CommandTransport] = []
+
+    def build(
+        url: str = redis_url, *, deadline: float = 30.0, limit: int = 4096
+    ) -> CommandTransport:
+        pool = Redis.from_url(url).connection_pool
+        transport = CommandTransport(pool.make_connection, deadline=deadline, limit=limit)
+        made.append(transport)
+        return transport
+
+    yield build
+    for transport in made:
+        await transport.aclose()
+
+
+def _direct(transport: CommandTransport) -> bool:
+    wire: Any = transport._wire
+    return bool(wire is not None and wire.direct)
+
+
+async def test_uses_the_wire_asked_for(make: Make, wire: str) -> None:
+    transport = make()
+    assert await transport.call(pack("PING")) == b"PONG"
+    assert _direct(transport) == (wire == "direct")
+
+
+async def test_many_concurrent_calls_each_get_their_own_reply(
+    make: Make, raw: Redis, uid: str
+) -> None:
+    transport = make()
+    keys = [f"{uid}:{i}" for i in range(300)]
+
+    async def roundtrip(i: int) -> Any:
+        await transport.call(pack("SET", keys[i], i))
+        return await transport.call(pack("GET", keys[i]))
+
+    replies = await asyncio.gather(*(roundtrip(i) for i in range(len(keys))))
+    assert replies == [str(i).encode() for i in range(len(keys))]
+    assert transport.connects == 1
+    await raw.delete(*keys)
+
+
+async def test_an_error_reply_fails_only_its_caller(make: Make, raw: Redis, uid: str) -> None:
+    transport = make()
+    await raw.set(f"{uid}:text", "not a number")
+    calls = [
+        transport.call(pack("INCR", f"{uid}:n")),
+        transport.call(pack("INCR", f"{uid}:text")),
+        transport.call(pack("INCR", f"{uid}:n")),
+    ]
+    first, failed, third = await asyncio.gather(*calls, return_exceptions=True)
+    assert (first, third) == (1, 2)
+    assert isinstance(failed, ResponseError)
+    assert "not an integer" in str(failed)
+    many = await transport.call_many(
+        [pack("INCR", f"{uid}:text"), pack("INCR", f"{uid}:n"), pack("NOSUCHCOMMAND")]
+    )
+    assert isinstance(many[0], ResponseError)
+    assert many[1] == 3
+    assert isinstance(many[2], ResponseError)
+    assert transport.connects == 1
+    await raw.delete(f"{uid}:n", f"{uid}:text")
+
+
+async def test_error_replies_are_redis_py_classes(make: Make) -> None:
+    transport = make()
+    with pytest.raises(NoScriptError):
+        await transport.call(pack("EVALSHA", "0" * 40, 0))
+
+
+async def test_cancelled_callers_leave_the_stream_in_step(make: Make, raw: Redis, uid: str) -> None:
+    """Callers cancelled with their commands written: their replies are read and dropped,
+    every other caller gets its own, and the connection stays up."""
+    transport = make()
+    await transport.call(pack("PING"))
+    for round_ in range(20):
+        tasks = [asyncio.create_task(transport.call(pack("INCR", f"{uid}:{i}"))) for i in range(40)]
+        for _ in range(round_ % 3):
+            await asyncio.sleep(0)  # cancel at a different point of the send each round
+        for task in tasks[::2]:
+            task.cancel()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+        for i, result in enumerate(results):
+            if not isinstance(result, asyncio.CancelledError):
+                assert result == int(await raw.get(f"{uid}:{i}") or 0)
+        assert await transport.call(pack("ECHO", f"round {round_}")) == f"round {round_}".encode()
+    assert transport.connects == 1
+    assert transport.in_flight == 0
+    await raw.delete(*[f"{uid}:{i}" for i in range(40)])
+
+
+async def test_backpressure_bounds_what_is_in_flight(make: Make, raw: Redis, uid: str) -> None:
+    limit = 8
+    transport = make(limit=limit)
+    await transport.call(pack("PING"))
+    most = 0
+    original = transport._put
+
+    def counted(*args: Any) -> None:
+        nonlocal most
+        original(*args)
+        most = max(most, transport.in_flight)
+
+    transport._put = counted  # type: ignore[method-assign,assignment]
+    replies = await asyncio.gather(
+        *(transport.call(pack("INCR", f"{uid}:n")) for _ in range(200)),
+        transport.call_many([pack("INCR", f"{uid}:n")] * 5),
+    )
+    assert most <= limit
+    singles = sorted(replies[:-1])
+    assert len(set(singles)) == 200
+    assert await raw.get(f"{uid}:n") == "205"
+    # A batch bigger than the limit still goes, alone.
+    assert await transport.call_many([pack("PING")] * (limit * 3)) == [b"PONG"] * (limit * 3)
+    await raw.delete(f"{uid}:n")
+
+
+async def test_a_caller_cancelled_while_waiting_for_room_passes_it_on(make: Make) -> None:
+    transport = make(limit=1)
+    await transport.call(pack("PING"))
+    first = asyncio.create_task(transport.call(pack("PING")))
+    waiting = [asyncio.create_task(transport.call(pack("PING"))) for _ in range(5)]
+    await asyncio.sleep(0)
+    waiting[0].cancel()
+    done = await asyncio.gather(first, *waiting, return_exceptions=True)
+    assert isinstance(done[1], asyncio.CancelledError)
+    assert [d for i, d in enumerate(done) if i != 1] == [b"PONG"] * 5
+
+
+async def test_noscript_is_reloaded_through_the_same_connection(make: Make, raw: Redis) -> None:
+    transport = make()
+    runner = ScriptRunner(transport, retry_attempts=0, retry_interval=0)
+    script = load_script("lock_force_unlock")
+    await raw.script_flush()
+    name = "test:transport:noscript"
+    assert (
+        await runner.run(script, [name, f"redisson_lock__channel:{{{name}}}"], [0, "PUBLISH"]) == 0
+    )
+    assert transport.connects == 1
+
+
+async def test_the_users_settings_are_honoured(make: Make, redis_url: str, uid: str) -> None:
+    """db and client name from the URL reach aiolock's own connection."""
+    transport = make(f"{redis_url.rsplit('/', 1)[0]}/5?client_name=aiolock-{uid}")
+    assert await transport.call(pack("CLIENT", "GETNAME")) == f"aiolock-{uid}".encode()
+    await transport.call(pack("SET", f"{uid}:db5", 1))
+    async with Redis.from_url(redis_url.rsplit("/", 1)[0] + "/5") as db5:
+        assert await db5.get(f"{uid}:db5") == b"1"
+        await db5.delete(f"{uid}:db5")
+
+
+async def test_resp3(make: Make, redis_url: str, raw: Redis, uid: str) -> None:
+    transport = make(redis_url + "?protocol=3")
+    await raw.hset(f"{uid}:h", "f", "v")
+    assert await transport.call(pack("HGETALL", f"{uid}:h")) == {b"f": b"v"}
+    assert await transport.call(pack("GET", f"{uid}:none")) is None
+    await raw.delete(f"{uid}:h")
+
+
+# --- faults -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy.from_url(redis_url) as proxy:
+        yield proxy
+
+
+async def test_a_dropped_connection_fails_everything_in_flight(
+    make: Make, proxy: FaultProxy, raw: Redis, uid: str
+) -> None:
+    transport = make(proxy.url)
+    await transport.call(pack("PING"))
+    drop = proxy.drop_reply(command("INCRBY", f"{uid}:held"), then="close")
+    held = asyncio.create_task(transport.call(pack("INCRBY", f"{uid}:held", 1)))
+    await drop.executed.wait()
+    behind = [asyncio.create_task(transport.call(pack("PING"))) for _ in range(10)]
+    results = await asyncio.gather(held, *behind, return_exceptions=True)
+    assert all(isinstance(r, RedisConnectionError) for r in results), results
+    assert transport.in_flight == 0
+    # The next call reconnects.
+    assert await transport.call(pack("INCRBY", f"{uid}:held", 1)) == 2
+    assert transport.connects == 2
+    await raw.delete(f"{uid}:held")
+
+
+async def test_a_silent_connection_is_dead_after_the_deadline(
+    make: Make, proxy: FaultProxy, raw: Redis, uid: str
+) -> None:
+    """A reply that never comes fails it and everything behind it with TimeoutError."""
+    transport = make(proxy.url, deadline=0.3)
+    await transport.call(pack("PING"))
+    drop = proxy.drop_reply(command("INCRBY"))
+    held = asyncio.create_task(transport.call(pack("INCRBY", f"{uid}:n", 1)))
+    await drop.executed.wait()
+    behind = asyncio.create_task(transport.call(pack("PING")))
+    for outcome in await asyncio.gather(held, behind, return_exceptions=True):
+        assert isinstance(outcome, RedisTimeoutError), outcome
+    assert await transport.call(pack("GET", f"{uid}:n")) == b"1"  # it ran; a new connection
+    assert transport.connects == 2
+    await raw.delete(f"{uid}:n")
+
+
+async def test_an_idle_connection_has_no_deadline(make: Make, proxy: FaultProxy) -> None:
+    """Silence with nothing in flight is no fault: the deadline runs only while waiting."""
+    transport = make(proxy.url, deadline=0.05)
+    await transport.call(pack("PING"))
+    await asyncio.sleep(0.2)  # several deadlines of idleness, on purpose
+    assert await transport.call(pack("PING")) == b"PONG"
+    assert transport.connects == 1
+
+
+async def test_a_cut_fails_calls_until_it_is_restored(make: Make, proxy: FaultProxy) -> None:
+    transport = make(proxy.url, deadline=0.3)
+    await transport.call(pack("PING"))
+    proxy.cut()
+    with pytest.raises((RedisConnectionError, RedisTimeoutError)):
+        await transport.call(pack("PING"))
+    await proxy.restore()
+    assert await transport.call(pack("PING")) == b"PONG"
+
+
+async def test_closed_transport_refuses_calls(make: Make) -> None:
+    transport = make()
+    await transport.call(pack("PING"))
+    await transport.aclose()
+    with pytest.raises(ClientClosedError):
+        await transport.call(pack("PING"))
+
+
+# --- the client on it ---------------------------------------------------------------------
+
+
+async def test_client_on_either_wire(wire: str, redis_url: str, name: str) -> None:
+    async with aiolock.Client.from_url(redis_url) as client:
+        lock = client.lock(name)
+        waiter_started = asyncio.Event()
+
+        async def waiter() -> bool:
+            waiter_started.set()
+            got = await lock.try_lock(10)
+            await lock.unlock()
+            return got
+
+        async with lock:
+            task = asyncio.create_task(waiter())
+            await waiter_started.wait()
+        assert await task  # woken through the pub/sub connection on the same wire kind
+        assert client._transport._wire is not None
+        assert client._transport._wire.direct == (wire == "direct")

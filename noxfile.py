@@ -6,11 +6,14 @@ script, py.typed) fails them. Reuse a prebuilt wheel with
 ``nox -s tests -- --installpkg dist/aiolock-X-py3-none-any.whl [pytest args]``.
 
 ``tests`` runs once per Python of the classifiers in pyproject.toml (``tests-3.11``,
-``tests-3.12``, ...), ``tests_oldest_redis`` on the oldest of them with the oldest redis-py
-the package accepts, ``faults`` on the oldest and the newest; ``nox -s tests-3.12``
-picks one. An interpreter nox cannot find is skipped with a warning, except where ``CI`` is
-set or ``--error-on-missing-interpreters`` is given: then it fails the run. lint, mypy and
-bench run on the Python that runs nox.
+``tests-3.12``, ...) with the newest redis-py the package accepts. ``compat`` runs them on
+the oldest Python with the lowest redis-py and hiredis the package accepts, and with
+aiolock's public-API fallback wire (``AIOLOCK_WIRE=redis-py``) on the lowest and the highest.
+``faults`` runs on the oldest Python with the lowest redis-py and on the newest with the
+highest. ``nox -s tests-3.12`` picks one session; ``nox -l`` lists them. An interpreter nox
+cannot find is skipped with a warning, except where ``CI`` is set or
+``--error-on-missing-interpreters`` is given: then it fails the run. lint, mypy and bench
+run on the Python that runs nox.
 """
 
 from __future__ import annotations
@@ -55,29 +58,51 @@ def tests(session: nox.Session) -> None:
     session.run("pytest", *pytest_args)
 
 
-def _oldest_redis_py() -> str:
-    """The lowest redis-py the package declares (``redis[hiredis]>=X``), pinned: ``==X``."""
+def _lowest(*names: str) -> list[str]:
+    """Exact pins of the lower bounds the package declares for ``names`` (``X>=1`` -> ``X==1``)."""
+    pins = []
     for requirement in PYPROJECT["project"]["dependencies"]:
-        name, _, lowest = requirement.partition(">=")
-        if name.strip().startswith("redis"):
-            return f"{name.strip()}=={lowest.split(',')[0].strip()}"
-    raise LookupError("no redis requirement in pyproject.toml")
+        name, _, bounds = requirement.partition(">=")
+        if name.split("[")[0].strip() in names:
+            pins.append(f"{name.strip()}=={bounds.split(',')[0].strip()}")
+    if len(pins) != len(names):
+        raise LookupError(f"no lower bound for all of {names} in pyproject.toml")
+    return pins
+
+
+def _install_redis_py(session: nox.Session, redis_py: str) -> None:
+    """Pin redis-py and hiredis to their lowest accepted releases, or keep the highest."""
+    if redis_py == "lowest":
+        session.install(*_lowest("redis", "hiredis"))
+    session.run(
+        "python",
+        "-c",
+        "import redis, hiredis; print('redis-py', redis.__version__, "
+        "'hiredis', hiredis.__version__)",
+    )
 
 
 @nox.session(python=PYTHONS[0])
-def tests_oldest_redis(session: nox.Session) -> None:
-    """The test suite on the oldest Python with the oldest redis-py the package accepts."""
+@nox.parametrize(
+    ("redis_py", "wire"),
+    [("lowest", "direct"), ("lowest", "redis-py"), ("highest", "redis-py")],
+)
+def compat(session: nox.Session, redis_py: str, wire: str) -> None:
+    """The test suite on the oldest Python with the lowest or highest redis-py, and on
+    aiolock's public-API fallback wire (the highest with the direct wire is ``tests``)."""
     pytest_args = _install_wheel(session, "tests")
-    session.install(_oldest_redis_py())
-    session.run("python", "-c", "import redis; print('redis-py', redis.__version__)")
-    session.run("pytest", *pytest_args)
+    _install_redis_py(session, redis_py)
+    session.run("pytest", *pytest_args, env={"AIOLOCK_WIRE": wire})
 
 
-@nox.session(python=[PYTHONS[0], PYTHONS[-1]])
-def faults(session: nox.Session) -> None:
+@nox.session
+@nox.parametrize(("python", "redis_py"), [(PYTHONS[0], "lowest"), (PYTHONS[-1], "highest")])
+def faults(session: nox.Session, redis_py: str) -> None:
     """The fault-injection suite (tests/faults), the full cancellation sweep and the misuse
-    tests; one line per scenario."""
+    tests; one line per scenario. On the oldest Python with the lowest redis-py, and on
+    the newest with the highest."""
     pytest_args = _install_wheel(session, "tests")
+    _install_redis_py(session, redis_py)
     session.run(
         "pytest",
         "--faults",

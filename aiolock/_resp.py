@@ -56,13 +56,36 @@ def script_prefix(sha: str) -> bytes:
 
 
 def pack_script(prefix: bytes, keys: list[str], args: list[str | int]) -> bytes:
-    """``EVALSHA sha len(keys) *keys *args``, the prefix from :func:`script_prefix`."""
-    return b"*%d\r\n%b%b%b" % (
+    """``EVALSHA sha len(keys) *keys *args``, the prefix from :func:`script_prefix`.
+
+    The hot path of every call: the arguments (ASCII in practice: key names, holder ids,
+    numbers) are formatted as one text and encoded once, where :func:`pack` encodes each.
+    """
+    parts = []
+    for arg in (*keys, *args):
+        text = arg if arg.__class__ is str else _number(arg)
+        if not text.isascii():
+            # A character of several bytes: the lengths must count bytes.
+            return b"*%d\r\n%b%b%b" % (
+                3 + len(keys) + len(args),
+                prefix,
+                _bulk(len(keys)),
+                b"".join(map(_bulk, [*keys, *args])),
+            )
+        parts.append(f"${len(text)}\r\n{text}\r\n")
+    return b"*%d\r\n%b$%d\r\n%d\r\n%b" % (
         3 + len(keys) + len(args),
         prefix,
-        _bulk(len(keys)),
-        b"".join(map(_bulk, [*keys, *args])),
+        len(str(len(keys))),
+        len(keys),
+        "".join(parts).encode(),
     )
+
+
+def _number(arg: object) -> str:
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        return str(arg)
+    raise TypeError(f"a script argument must be str or int, not {type(arg).__name__}")
 
 
 class ErrorReply(Exception):
@@ -92,6 +115,10 @@ _CLASSES: Final[dict[str, type[Exception]]] = {
 
 def error_reply(message: str) -> Exception:
     """The redis-py exception for an error reply with text ``message``."""
+    if message.startswith("ERR Protocol error: unauthenticated"):
+        # Redis 7 refuses a long command from a connection that has not authenticated
+        # (and then closes it) with this, not NOAUTH: the cause is the same.
+        return AuthenticationError(f"Authentication required ({message})")
     code, _, rest = message.partition(" ")
     cls = _CLASSES.get(code)
     if cls is None:

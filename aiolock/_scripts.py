@@ -128,12 +128,14 @@ class ScriptRunner:
         commands = [script.packed(keys, args) for keys, args in calls]
 
         async def send_all() -> list[Any]:
-            replies = await self._transport.call_many(commands)
+            replies = _connection_errors_raised(await self._transport.call_many(commands))
             missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
             if missing:
                 # As in run(): the server lost its script cache; load once, resend those.
                 await self._transport.call(script.load)
-                again = await self._transport.call_many([commands[i] for i in missing])
+                again = _connection_errors_raised(
+                    await self._transport.call_many([commands[i] for i in missing])
+                )
                 for index, reply in zip(missing, again, strict=True):
                     replies[index] = reply
             return replies
@@ -151,7 +153,11 @@ class ScriptRunner:
         Error replies come back in the list (as exceptions), for the caller to judge.
         """
         packed = [pack(*command) for command in commands]
-        return await self._retrying(lambda: self._transport.call_many(packed), "pipeline")
+
+        async def send() -> list[Any]:
+            return _connection_errors_raised(await self._transport.call_many(packed))
+
+        return await self._retrying(send, "pipeline")
 
     async def _retrying(self, call: Callable[[], Awaitable[T]], what: str, attempt: int = 0) -> T:
         while True:
@@ -163,3 +169,15 @@ class ScriptRunner:
                     raise
                 log.debug("retrying %s after %r (attempt %d)", what, exc, attempt)
                 await asyncio.sleep(self._retry_interval)
+
+
+def _connection_errors_raised(replies: list[Any]) -> list[Any]:
+    """``replies``, unless one is an error about the connection rather than its command.
+
+    Such an error (LOADING, NOAUTH: redis-py's ConnectionError family) is raised, as for a
+    single call, so the batch is retried or fails as a whole.
+    """
+    for reply in replies:
+        if isinstance(reply, RedisConnectionError):
+            raise reply
+    return replies

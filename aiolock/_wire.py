@@ -42,8 +42,8 @@ __all__ = ("Wire", "WireListener", "open_wire")
 
 log = logging.getLogger("aiolock")
 
-# hiredis >= 3.1 marks RESP3 pushes with their own type; older ones return a plain list.
-_PUSH: type | None = getattr(hiredis, "PushNotification", None)
+# RESP3 pushes (hiredis >= 3.2, the package's lower bound, gives them a type of their own).
+_PUSH = hiredis.PushNotification
 _MORE = object()  # what the hiredis parser returns while a reply is incomplete
 
 
@@ -141,7 +141,7 @@ class _DirectWire(Wire, asyncio.Protocol):
                     return
                 if reply.__class__ is ErrorReply:
                     listener.on_reply(error_reply(str(reply)))
-                elif _PUSH is not None and reply.__class__ is _PUSH:
+                elif reply.__class__ is _PUSH:
                     listener.on_push(reply)
                 else:
                     listener.on_reply(reply)

@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._cancel import cancel_mark, cancelled_since
 from ._exceptions import ClientClosedError, LockLostError, LockNotOwnedError
+from ._handover import HandOvers, Offer
 from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
 from ._primitive import Call
@@ -90,6 +91,7 @@ class Engine:
         self._background = background
         self._latches = latches
         self._calls = 0
+        self._handovers = HandOvers()
         self.closed = False
         # Whether a call was ever made: only then is a client never closed worth a warning.
         self.started = False
@@ -271,13 +273,70 @@ class Engine:
                 bound = min(bound, remaining)
             try:
                 self.check_open()
-                await waiter.wait(bound)
+                waiter.parked = call  # from now on a release may hand it the lock
+                try:
+                    await waiter.wait(bound)
+                finally:
+                    waiter.parked = None
                 self.check_open()
+                taken = None if waiter.offer is None else await self._take(call, waiter.offer)
             except BaseException:
+                self._leave_offer(p, call, waiter.offer)
                 room.remove(channel, waiter, leaving=True)
                 raise
+            if taken is not None:
+                # Handed the lock (True), or the deadline passed while the hand-over was
+                # still being decided (False).
+                if not taken:
+                    self._leave_offer(p, call, waiter.offer)
+                room.remove(channel, waiter, leaving=not taken)
+                if not taken:
+                    await self._give_up(p, call)
+                return taken
             room.remove(channel, waiter, leaving=False)
             waiter = None
+
+    async def _take(self, call: Call, offer: Offer) -> bool | None:
+        """A waiter offered a hand-over: wait for its outcome, bounded by the deadline.
+
+        True: the lock was handed to it (and recorded). False: the deadline came first.
+        None: not handed, or unknown: the waiter goes on as if woken (an attempt of its
+        finds a hold handed to it nonetheless: the script counts it as the target reached).
+        """
+        outcome = offer.outcome
+        if not outcome.done():
+            remaining = None
+            if call.deadline is not None:
+                remaining = call.deadline - asyncio.get_running_loop().time()
+                if remaining <= 0:
+                    return False
+            done, _ = await asyncio.wait([outcome], timeout=remaining)
+            if not done:
+                return False
+        if outcome.result() is not True:
+            return None
+        if self.closed:
+            raise ClientClosedError
+        if cancelled_since(call.mark):
+            raise asyncio.CancelledError
+        return True
+
+    def _leave_offer(self, p: Primitive, call: Call, offer: Offer | None) -> None:
+        """A waiter leaves with an offer it will not take: release what it is handed.
+
+        In the holder's turn, so that its next call waits for that release.
+        """
+        if offer is None or (offer.outcome.done() and offer.outcome.result() is False):
+            return
+        offer.abandoned = True
+        if offer.outcome.done() and offer.outcome.result():
+            self._disown(p, call)
+
+        async def release_if_handed() -> None:
+            if await offer.outcome:
+                await self._release_later(p, call.holder, call.field)
+
+        self._background.complete(self._order.join((p.key, call.holder)), release_if_handed())
 
     async def _give_up(self, p: Primitive, call: Call) -> None:
         """The call's wait ran out: leave the queue if it has one, then return False."""
@@ -454,14 +513,17 @@ class Engine:
         # One latch per unlock call: every resend of this call replays the first result.
         latch = unlock_latch_key(p.key, secrets.token_hex(16))
         reapply = self._reapply_ms(hold)
+        offer = self._offer(p, holder, hold)
+        invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
         if hold is not None:
             # While a release is in flight the watchdog may find the key gone: not a loss.
             hold.releasing += 1
         try:
-            result = decode_release(await self._runner.run(*p.release(field, reapply, latch)))
+            result = decode_release(await self._runner.run(*invocation))
         except _REFUSED:
             if hold is not None:
                 hold.releasing -= 1
+            self._settle_offer(p, offer, Release.NOT_HELD)
             ticket.release()
             raise
         except (asyncio.CancelledError, *_UNANSWERED) as exc:
@@ -477,19 +539,27 @@ class Engine:
             self._background.complete(
                 ticket,
                 self._finish_release(
-                    p, holder, field=field, hold=hold, reapply=reapply, latch=latch
+                    p,
+                    holder,
+                    hold=hold,
+                    invocation=invocation,
+                    latch=latch,
+                    reapply=reapply,
+                    offer=offer,
                 ),
             )
             raise
         except BaseException as exc:
             if hold is not None:
                 hold.releasing -= 1
+            self._settle_offer(p, offer, Release.NOT_HELD)  # the script failed: nothing done
             ticket.release()
             if isinstance(exc, ResponseError):
                 raise script_error(p.name, p.key, exc) from exc
             raise
         if hold is not None:
             hold.releasing -= 1
+        self._settle_offer(p, offer, result)
         try:
             self._settle_release(p, holder, hold, latch, result)
         finally:
@@ -502,6 +572,53 @@ class Engine:
         lease_ms = self.settings.lease_ms
         return hold.reapply_ms(lease_ms) if hold else lease_ms
 
+    def _offer(self, p: Primitive, holder: str, hold: Hold | None) -> Offer | None:
+        """A hand-over for this release of ``holder``'s last hold, if one is due."""
+        if (
+            not p.hands_over
+            or hold is None
+            or hold.count != 1
+            or hold.lost is not None
+            or self.closed
+            or not self._handovers.allowed(p.key)
+        ):
+            return None
+
+        def eligible(call: Call) -> bool:
+            return (
+                call.task is not None
+                and call.holder != holder
+                and not self._order.busy((p.key, call.holder))
+            )
+
+        waiter = self._waiting.heir(p.channel(holder), eligible)
+        if waiter is None or waiter.parked is None:
+            return None
+        waiter.offer = offer = Offer(waiter.parked, waiter.offer_settled)
+        return offer
+
+    def _settle_offer(self, p: Primitive, offer: Offer | None, result: Release | None) -> None:
+        """The release's outcome for its hand-over; None: the release went unanswered."""
+        if result is Release.FREED:
+            self._handovers.freed(p.key)
+        if offer is None:
+            return
+        if result is Release.HANDED:
+            self._handovers.handed(p.key)
+            # Recorded now, whether the waiter takes it or has left (then its leaving
+            # releases it, in its holder's turn, once it sees this outcome).
+            self._won(p, offer.call, 1)
+            if offer.abandoned:
+                self._disown(p, offer.call)
+            offer.settle(handed=True)
+            return
+        offer.settle(handed=None if result is None else False)
+
+    def _disown(self, p: Primitive, call: Call) -> None:
+        hold = self._holds.get(p.key, call.field)
+        if hold is not None:
+            self._holds.disown(hold)
+
     async def _release_later(self, p: Primitive, holder: str, field: str) -> None:
         """An unlock() cancelled before its turn: release in the background when it comes."""
         hold = self._holds.get(p.key, field)
@@ -509,10 +626,21 @@ class Engine:
         reapply = self._reapply_ms(hold)
         if hold is not None:
             hold.releasing += 1
-        await self._finish_release(p, holder, field=field, hold=hold, reapply=reapply, latch=latch)
+        invocation = p.release(field, reapply, latch)
+        await self._finish_release(
+            p, holder, hold=hold, invocation=invocation, latch=latch, reapply=reapply, offer=None
+        )
 
     async def _finish_release(
-        self, p: Primitive, holder: str, *, field: str, hold: Hold | None, reapply: int, latch: str
+        self,
+        p: Primitive,
+        holder: str,
+        *,
+        hold: Hold | None,
+        invocation: Invocation,
+        latch: str,
+        reapply: int,
+        offer: Offer | None,
     ) -> None:
         def stop_renewing() -> None:
             # While the server does not answer, renewing would only keep a lock alive
@@ -520,7 +648,7 @@ class Engine:
             if hold is not None:
                 self._renewal.untrack(hold)
 
-        invocation = p.release(field, reapply, latch)
+        answered: tuple[Any] | None = None
         try:
             answered = await self._until_answered(
                 f"release lock {p.name!r} held by {holder}",
@@ -531,12 +659,16 @@ class Engine:
         finally:
             if hold is not None:
                 hold.releasing -= 1
+            if answered is None:
+                self._settle_offer(p, offer, None)
         if answered is None:
             if hold is not None:
                 self._holds.drop(hold)
             return
+        result = decode_release(answered[0])
+        self._settle_offer(p, offer, result)
         try:
-            self._settle_release(p, holder, hold, latch, decode_release(answered[0]))
+            self._settle_release(p, holder, hold, latch, result)
         except LockLostError:
             # _settle_release logged the loss; the caller already had its error.
             pass

@@ -95,7 +95,9 @@ class FairPrimitive(Primitive):
         )
         return invocation, wait_ms
 
-    def release(self, field: str, reapply_ms: int, latch: str) -> Invocation:
+    def release(
+        self, field: str, reapply_ms: int, latch: str, heir: Call | None = None
+    ) -> Invocation:
         s = self.settings
         return Invocation(
             load_script("fair_release"),

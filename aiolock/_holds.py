@@ -188,6 +188,15 @@ class HoldRegistry:
             # A long-lived task takes many holds; only the current ones are kept.
             self._by_task.get(hold.task, set()).discard(hold)
 
+    def disown(self, hold: Hold) -> None:
+        """Detach ``hold`` from its task, which may end before the hold is released for it.
+
+        A hand-over the task left before it landed: no "ended while held" warning then.
+        """
+        if hold.task is not None:
+            self._by_task.get(hold.task, set()).discard(hold)
+            hold.task = None
+
     def mark_lost(self, hold: Hold, why: str) -> None:
         """The hold is gone on the server: stop renewing, remember why for unlock()."""
         if hold.lost is None:

@@ -54,13 +54,14 @@ class ExclusivePrimitive(Primitive):
             [call.field, target, reapply_ms, s.publish, s.latch_ttl_ms],
         )
 
-    def release(self, field: str, reapply_ms: int, latch: str) -> Invocation:
+    def release(
+        self, field: str, reapply_ms: int, latch: str, heir: Call | None = None
+    ) -> Invocation:
         s = self.settings
-        return Invocation(
-            load_script(self.release_script),
-            [self.key, self.chan, latch],
-            [self.unlock_message, reapply_ms, field, s.publish, s.latch_ttl_ms],
-        )
+        args: list[str | int] = [self.unlock_message, reapply_ms, field, s.publish, s.latch_ttl_ms]
+        if heir is not None:
+            args += [heir.field, heir.lease_ms]
+        return Invocation(load_script(self.release_script), [self.key, self.chan, latch], args)
 
 
 class LockPrimitive(ExclusivePrimitive):
@@ -68,6 +69,7 @@ class LockPrimitive(ExclusivePrimitive):
 
     __slots__ = ("chan",)
 
+    hands_over = True
     acquire_script = "lock_acquire"
     rollback_script = "lock_rollback"
     release_script = "lock_release"

@@ -68,6 +68,9 @@ class Primitive:
     #: release wakes one waiter): else the task that just released, trying at once,
     #: re-takes the lock before the waiter woken by the release message can.
     no_barging: ClassVar[bool] = False
+    #: A release that frees the lock may hand it straight to a waiter of the same client
+    #: (``release(heir=...)``), saving a message and the waiters' attempts.
+    hands_over: ClassVar[bool] = False
     #: A waiter that gives up must tell the server (the fair lock's queue).
     leaves_queue: ClassVar[bool] = False
     #: Waiters are shared: every message wakes them all, as what lets one in lets them
@@ -121,9 +124,13 @@ class Primitive:
         return None
 
     def release(
-        self, field: str, reapply_ms: int, latch: str
+        self, field: str, reapply_ms: int, latch: str, heir: Call | None = None
     ) -> Invocation:  # pragma: no cover - abstract
-        """Release one hold of ``field``; ``latch`` makes a resend replay the first reply."""
+        """Release one hold of ``field``; ``latch`` makes a resend replay the first reply.
+
+        ``heir`` (only where ``hands_over``): if this frees the lock, give it to that
+        waiting call's holder instead, with the call's lease.
+        """
         raise NotImplementedError
 
     def force(self) -> Invocation:  # pragma: no cover - abstract

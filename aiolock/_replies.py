@@ -60,13 +60,16 @@ class Release(enum.Enum):
     #: A write lock's last write hold released while the holder's read holds remain: the
     #: lock is now in read mode, and (as in Redisson) nothing was published.
     DOWNGRADED = "downgraded"
+    #: The holder's last hold went straight to the heir named in the call (a waiter of
+    #: the same client): the lock was never free, and nothing was published.
+    HANDED = "handed"
 
 
-_RELEASES = {0: Release.KEPT, 1: Release.FREED, 2: Release.DOWNGRADED}
+_RELEASES = {0: Release.KEPT, 1: Release.FREED, 2: Release.DOWNGRADED, 3: Release.HANDED}
 
 
 def decode_release(raw: Any) -> Release:
-    """Map a release script's nil / 0 / 1 / 2 reply."""
+    """Map a release script's nil / 0 / 1 / 2 / 3 reply."""
     if raw is None:
         return Release.NOT_HELD
     return _RELEASES[int(raw)]

@@ -102,7 +102,9 @@ class ReadPrimitive(_Side):
             [call.field, target, s.publish, s.latch_ttl_ms],
         )
 
-    def release(self, field: str, reapply_ms: int, latch: str) -> Invocation:
+    def release(
+        self, field: str, reapply_ms: int, latch: str, heir: Call | None = None
+    ) -> Invocation:
         # No lease is re-applied: the script recomputes the hash TTL from the timeout keys.
         s = self.settings
         timeouts = rwlock_timeout_prefix(self.key, field)

@@ -15,6 +15,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._handover import Offer
+    from ._primitive import Call
 
 __all__ = ("Waiter", "WaitingRoom", "WakeCount", "wait_event")
 
@@ -30,12 +35,20 @@ class Waiter:
     the message's count reaches it.
     """
 
-    __slots__ = ("event", "shared", "woken_by_message")
+    __slots__ = ("event", "offer", "parked", "shared", "woken_by_message")
 
     def __init__(self, *, shared: bool) -> None:
         self.event = asyncio.Event()
         self.shared = shared
         self.woken_by_message = False
+        #: The call, while it is parked in wait() (and so may be offered a hand-over).
+        self.parked: Call | None = None
+        #: A hand-over offered to it (see _handover.py), until the waiter is gone.
+        self.offer: Offer | None = None
+
+    def offer_settled(self) -> None:
+        """Its hand-over's outcome is known: wake it to take it."""
+        self.event.set()
 
     async def wait(self, limit: float | None) -> bool:
         """Wait until woken or ``limit`` seconds passed; True if woken."""
@@ -143,6 +156,27 @@ class WaitingRoom:
             line.wake(1, shared=False)
         if not line.waiters:
             del self._lines[channel]
+
+    def heir(self, channel: str, eligible: Callable[[Call], bool]) -> Waiter | None:
+        """Who a hand-over on ``channel`` goes to (see _handover.py), if anyone.
+
+        The oldest exclusive waiter parked, not woken, with no offer yet and whose call is
+        ``eligible``.
+        """
+        line = self._lines.get(channel)
+        if line is None:
+            return None
+        for waiter in line.waiters:
+            call = waiter.parked
+            if (
+                call is not None
+                and waiter.offer is None
+                and not waiter.shared
+                and not waiter.event.is_set()
+                and eligible(call)
+            ):
+                return waiter
+        return None
 
     def has_waiters(self, channel: str) -> bool:
         """Whether calls of this client wait on ``channel``."""

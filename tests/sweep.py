@@ -146,6 +146,13 @@ class Scenario(enum.Enum):
     COUNT2 = "count2"
     #: Release: the holder holds it once and a rival waits for it (the release wakes it).
     WOKEN = "woken"
+    #: Release (reentrant lock): the holder holds it once and a sibling, another task of
+    #: the same client, is parked waiting for it: the release may hand it straight over.
+    HANDED = "handed"
+    #: Acquire (reentrant lock, task holder): a sibling task of the same client holds it
+    #: and releases at the first iteration the call is parked in its wait: the release
+    #: may hand it to the call.
+    RACED_SIBLING = "raced_sibling"
     #: force_unlock: the calling holder holds it / a rival holds it.
     HELD_SELF = "held_self"
     HELD_RIVAL = "held_rival"
@@ -154,8 +161,12 @@ class Scenario(enum.Enum):
 _RACED = frozenset({Scenario.RACED, Scenario.RACED_SUBSCRIBING, Scenario.RACED_EARLY})
 
 
-def scenarios_of(call: Call) -> tuple[Scenario, ...]:
-    """The scenarios that apply to ``call``."""
+def scenarios_of(call: Call, kind: Kind) -> tuple[Scenario, ...]:
+    """The scenarios that apply to ``call`` on ``kind``.
+
+    The hand-over scenarios apply where a release hands over (the reentrant lock).
+    """
+    hands_over = kind is Kind.LOCK
     if call is Call.TRY0:
         return (Scenario.FREE, Scenario.REENTRANT, Scenario.RACED)
     if call.acquires:
@@ -165,9 +176,15 @@ def scenarios_of(call: Call) -> tuple[Scenario, ...]:
             Scenario.RACED,
             Scenario.RACED_SUBSCRIBING,
             Scenario.RACED_EARLY,
+            *((Scenario.RACED_SIBLING,) if hands_over else ()),
         )
     if call.releases:
-        return (Scenario.COUNT1, Scenario.COUNT2, Scenario.WOKEN)
+        return (
+            Scenario.COUNT1,
+            Scenario.COUNT2,
+            Scenario.WOKEN,
+            *((Scenario.HANDED,) if hands_over else ()),
+        )
     return (Scenario.FREE, Scenario.HELD_SELF, Scenario.HELD_RIVAL)
 
 
@@ -193,8 +210,10 @@ def all_specs() -> list[Spec]:
         Spec(kind, call, scenario, owner)
         for kind in Kind
         for call in Call
-        for scenario in scenarios_of(call)
+        for scenario in scenarios_of(call, kind)
         for owner in (None, "holder")
+        # A hand-over goes to a task's call only: an owner= holder's never is the heir.
+        if not (scenario is Scenario.RACED_SIBLING and owner is not None)
     ]
 
 
@@ -243,6 +262,20 @@ def parked(client: aiolock.Client, name: str) -> bool:
         and channel.confirmed.is_set()
         and client._waiting.has_waiters(channel_name)
         for channel_name, channel in client._dispatcher._channels.items()
+    )
+
+
+def heir_parked(client: aiolock.Client, name: str) -> bool:
+    """Whether a waiter of ``client`` on ``name`` is parked in its wait.
+
+    A release of the same client may then hand the lock to it. (The waiting room's
+    internals.)
+    """
+    return any(
+        waiter.parked is not None
+        for channel_name in client._dispatcher.channels()
+        if name in channel_name
+        for waiter in client._waiting.waiters(channel_name)
     )
 
 
@@ -441,6 +474,11 @@ class _Case:
         #: Whether force_unlock() deleted the rival's hold (its unlock then raises).
         self.rival_forced = False
         self.rival_waiter: asyncio.Task[None] | None = None
+        # The sibling of the hand-over scenarios: a task of the holder's client.
+        self.sibling: Holder | None = None
+        self.sibling_h = handle(sweep.a, self.rival_kind, self.name, None)
+        self.sibling_count = 0
+        self.sibling_waiter: Job[None] | None = None
         self.violations: list[str] = []
 
     def fail(self, message: str) -> None:
@@ -480,6 +518,16 @@ class _Case:
             self.rival_waiter = asyncio.create_task(self.rival.lock())
             b, name = self.sweep.b, self.name
             await wait_until(lambda: parked(b, name), what="the rival waits, subscribed")
+        elif scenario is Scenario.HANDED:
+            await self._take(call)
+            self.sibling = Holder(f"sibling-{self.spec.id}-{self.k}")
+            self.sibling_waiter = self.sibling.submit(self.sibling_h.lock)
+            a, name = self.sweep.a, self.name
+            await wait_until(lambda: heir_parked(a, name), what="the sibling is parked")
+        elif scenario is Scenario.RACED_SIBLING:
+            self.sibling = Holder(f"sibling-{self.spec.id}-{self.k}")
+            await self.sibling.call(self.sibling_h.lock)
+            self.sibling_count = 1
         if scenario in _RACED or scenario is Scenario.HELD_RIVAL:
             await self.rival.lock()
             self.rival_count = 1
@@ -534,6 +582,14 @@ class _Case:
                 def release_due(_hop: int) -> bool:
                     return probe.statistics().tasks_waiting > 0
 
+        elif scenario is Scenario.RACED_SIBLING:
+            assert self.sibling is not None
+            release = partial(self.sibling.call, self.sibling_h.unlock)
+            a, name = self.sweep.a, self.name
+
+            def release_due(_hop: int) -> bool:
+                return heir_parked(a, name)
+
         ticker = Ticker(self.holder, job, self.k, release=release, release_due=release_due)
         try:
             async with asyncio.timeout(CALL_LIMIT):
@@ -546,7 +602,7 @@ class _Case:
                     except Exception as exc:
                         self.fail(f"the rival's release raised {exc!r}")
                     else:
-                        self.rival_count = 0
+                        self.rival_count = self.sibling_count = 0
         except TimeoutError:
             self.fail(f"the call did not end within {CALL_LIMIT} s (k={self.k})")
             raise
@@ -596,19 +652,8 @@ class _Case:
 
     async def check_state(self, before: int, outcome: str) -> bool:
         """Invariant 2, once both clients are quiet; returns whether force_unlock hit."""
-        sweep, spec = self.sweep, self.spec
-        await quiesce(sweep.a)
-        await quiesce(sweep.b)
-        if self.rival_waiter is not None:
-            try:
-                async with asyncio.timeout(STEP_LIMIT):
-                    await self.rival_waiter
-                self.rival_count = 1
-            except TimeoutError:
-                self.fail("the rival waiting for the lock was never let in")
-                self.rival_waiter.cancel()
-            self.rival_waiter = None
-            await quiesce(sweep.b)
+        spec = self.spec
+        await self._let_waiters_in()
         truth, belief = await self.truth_and_belief()
         rival_truth = await self.rival.hold_count()
         forced = False
@@ -643,6 +688,51 @@ class _Case:
         )
         return forced
 
+    async def _let_waiters_in(self) -> None:
+        """Wait for the rival's or the sibling's lock() the release let in (checked)."""
+        sweep = self.sweep
+        await quiesce(sweep.a)
+        await quiesce(sweep.b)
+        if self.rival_waiter is not None:
+            try:
+                async with asyncio.timeout(STEP_LIMIT):
+                    await self.rival_waiter
+                self.rival_count = 1
+            except TimeoutError:
+                self.fail("the rival waiting for the lock was never let in")
+                self.rival_waiter.cancel()
+            self.rival_waiter = None
+            await quiesce(sweep.b)
+        if self.sibling_waiter is not None:
+            try:
+                async with asyncio.timeout(STEP_LIMIT):
+                    await self.sibling_waiter.done.wait()
+            except TimeoutError:
+                self.fail("the sibling waiting for the lock was never let in")
+            else:
+                if self.sibling_waiter.error is not None:
+                    self.fail(f"the sibling's lock() raised {self.sibling_waiter.error!r}")
+                else:
+                    self.sibling_count = 1
+            self.sibling_waiter = None
+        if self.sibling is not None:
+            await self._check_sibling()
+
+    async def _check_sibling(self) -> None:
+        assert self.sibling is not None
+        sibling_h = self.sibling_h
+
+        async def belief() -> int:
+            return sibling_h.statistics().hold_count
+
+        truth = await self.sibling.call(sibling_h.hold_count)
+        believed = await self.sibling.call(belief)
+        if truth != self.sibling_count or believed != truth:
+            self.fail(
+                f"the sibling holds {truth} in Redis, believes {believed}, expected "
+                f"{self.sibling_count}"
+            )
+
     async def check_no_leftovers(self, *, holder_count: int, rival_count: int) -> None:
         """No orphan hold, timeout key, queue entry, waiter or subscription reference."""
         sweep, raw, name = self.sweep, self.sweep.raw, self.name
@@ -650,7 +740,7 @@ class _Case:
         fields = await raw.hgetall(name)
         mode = fields.pop("mode", None)
         counts = sorted(int(value) for value in fields.values())
-        wanted = sorted(c for c in (holder_count, rival_count) if c)
+        wanted = sorted(c for c in (holder_count, rival_count, self.sibling_count) if c)
         if counts != wanted:
             self.fail(f"lock hash counts {counts} (fields {sorted(fields)}), expected {wanted}")
         if kind in {Kind.READ, Kind.WRITE} and (mode is None) != (not wanted):
@@ -683,6 +773,12 @@ class _Case:
     async def follow_up(self, forced: bool) -> None:
         """Invariant 3: the rival lets go, then the holder's next calls work."""
         rival = self.rival
+        while self.sibling_count:
+            assert self.sibling is not None
+            await self._expect_ok(
+                partial(self.sibling.call, self.sibling_h.unlock), "the sibling's unlock()"
+            )
+            self.sibling_count -= 1
         while self.rival_count:
             await self._expect_ok(rival.unlock, "the rival's unlock()")
             self.rival_count -= 1
@@ -753,6 +849,8 @@ class _Case:
             if self.rival_waiter is not None:
                 self.rival_waiter.cancel()
             await self.holder.stop()
+            if self.sibling is not None:
+                await self.sibling.stop()
         messages = self.sweep.logs.take()
         if self.spec.call is Call.FORCE:
             # A forced hold is reported lost when its holder's unlock() finds it gone.

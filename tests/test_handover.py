@@ -1,0 +1,198 @@
+"""Hand-over: a release that gives the lock straight to a parked waiter of the same client.
+
+Checked against the server: who holds the lock, with what lease, whether anything was
+published, and what is left once a waiter that was offered the lock has gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+from aiolock._handover import IN_A_ROW
+from aiolock._keys import lock_channel
+from aiolock._scripts import load_script
+
+from .conftest import ClientFactory
+from .helpers import Gate, gated_redis, quiesce, wait_until
+
+
+def _parked(client: aiolock.Client, name: str, count: int = 1) -> bool:
+    """Whether ``count`` waiters of ``client`` on ``name`` are parked in their wait."""
+    waiters = client._waiting.waiters(lock_channel(name))
+    return sum(w.parked is not None for w in waiters) >= count
+
+
+async def _publishes(raw: Redis) -> int:
+    stats: dict[str, Any] = await raw.info("commandstats")
+    return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+
+async def _park(client: aiolock.Client, name: str, count: int = 1) -> None:
+    await wait_until(lambda: _parked(client, name, count), what=f"{count} waiter(s) parked")
+
+
+async def test_release_hands_the_lock_to_the_parked_waiter(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    client = make_client(watchdog_timeout=20)
+    lock = client.lock(name)
+    await lock.lock()
+    got = asyncio.Event()
+    done = asyncio.Event()
+
+    async def waiter() -> str:
+        await lock.lock()
+        got.set()
+        holder = next(iter(await raw.hgetall(name)))
+        await done.wait()
+        await lock.unlock()
+        return str(holder)
+
+    task = asyncio.create_task(waiter())
+    await _park(client, name)
+    before = await _publishes(raw)
+    await lock.unlock()
+    await got.wait()
+    # The waiter holds it, once, with its own lease, and nothing was published: the lock
+    # was never free.
+    fields = await raw.hgetall(name)
+    assert list(fields.values()) == ["1"]
+    assert 15_000 < await raw.pttl(name) <= 20_000
+    assert await _publishes(raw) == before
+    assert client.lock(name).statistics().tasks_waiting == 0
+    done.set()
+    holder = await task
+    assert holder.startswith(client.id)
+    assert await raw.exists(name) == 0
+
+
+async def test_hand_overs_in_a_row_are_bounded(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """After IN_A_ROW hand-overs a release publishes, so other clients get their turn."""
+    client = make_client()
+    lock = client.lock(name)
+    order: list[int] = []
+    await lock.lock()
+
+    async def waiter(i: int) -> None:
+        async with lock:
+            order.append(i)
+
+    tasks = []
+    for i in range(IN_A_ROW + 2):
+        tasks.append(asyncio.create_task(waiter(i)))
+        await _park(client, name, i + 1)
+    before = await _publishes(raw)
+    await lock.unlock()
+    await asyncio.gather(*tasks)
+    assert order == list(range(IN_A_ROW + 2))  # oldest first
+    # Five releases of a lock with waiters parked: three hand-overs, then a release
+    # that publishes (and wakes the next waiter), then again a hand-over... and the last
+    # release, with nobody waiting, publishes too.
+    assert await _publishes(raw) - before >= 2
+
+
+async def test_a_waiter_of_another_client_is_not_handed_anything(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Only this client's waiters are heirs; another client's waiter is woken as ever."""
+    mine, other = make_client(), make_client()
+    await mine.lock(name).lock()
+    task = asyncio.create_task(other.lock(name).try_lock(10))
+    await wait_until(lambda: _parked(other, name), what="the other client's waiter parked")
+    before = await _publishes(raw)
+    await mine.lock(name).unlock()
+    assert await task
+    assert await _publishes(raw) == before + 1
+    await other.lock(name, owner=None).force_unlock()
+
+
+@pytest.fixture
+async def gated(redis_url: str, raw: Redis) -> Any:
+    """A client whose chosen script call can be held back (torn down before ``raw``)."""
+    redis, gate = gated_redis(redis_url)
+    client = gate.attach(aiolock.Client(redis))
+    # Loaded beforehand: a held NOSCRIPT reply would hold back the wrong send.
+    await raw.script_load(load_script("lock_release").text)
+    yield client, gate
+    await client.aclose()
+    await redis.aclose()
+
+
+@pytest.mark.parametrize("leave", ["deadline", "cancel"])
+async def test_a_waiter_gone_before_the_hand_over_lands_leaves_nothing(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str, leave: str
+) -> None:
+    """The release's reply is held: the waiter offered the lock leaves (its deadline, or a
+    cancel) before it knows; once the hand-over lands, what it was handed is released."""
+    client, gate = gated
+    lock, releaser = client.lock(name), client.lock(name, owner="releaser")
+    await releaser.lock()
+    waiter = asyncio.create_task(lock.try_lock(0.5 if leave == "deadline" else 30))
+    await _park(client, name)
+    gate.arm("lock_release")
+    release = asyncio.create_task(releaser.unlock())
+    await gate.sent.wait()
+    # The script ran: the waiter's holder has the lock on the server already.
+    await wait_until(lambda: _held(raw, name), what="the hand-over ran")
+    if leave == "cancel":
+        waiter.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiter
+    else:
+        assert await waiter is False
+    gate.release.set()
+    await release
+    await quiesce(client)
+    assert await raw.exists(name) == 0
+    assert not lock.statistics().held_by_current_task
+    assert len(client._holds) == 0
+    # The task that left can take the lock again at once.
+    assert await lock.try_lock(0)
+    await lock.unlock()
+
+
+async def _held(raw: Redis, name: str) -> bool:
+    return await _held_by(raw, name, "")
+
+
+async def _held_by(raw: Redis, name: str, prefix: str) -> bool:
+    """Whether a task holder (not an owner=) whose id starts with ``prefix`` holds it."""
+    fields = [str(f) for f in await raw.hgetall(name)]  # raw decodes replies
+    return any(f.startswith(prefix) and ":owner:" not in f for f in fields)
+
+
+async def test_a_cancelled_release_still_hands_over(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str
+) -> None:
+    """The releaser is cancelled with its script in flight: the waiter gets the lock from
+    the release's completion in the background."""
+    client, gate = gated
+    lock, releaser = client.lock(name), client.lock(name, owner="releaser")
+    await releaser.lock()
+
+    async def waiter_call() -> bool:
+        taken = await lock.try_lock(30)
+        await lock.unlock()
+        return taken
+
+    waiter = asyncio.create_task(waiter_call())
+    await _park(client, name)
+    gate.arm("lock_release")
+    release = asyncio.create_task(releaser.unlock())
+    await gate.sent.wait()
+    release.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await release
+    await wait_until(lambda: _held_by(raw, name, client.id + ":"), what="the hand-over ran")
+    gate.release.set()
+    assert await waiter
+    await quiesce(client)
+    assert await raw.exists(name) == 0
+    assert len(client._holds) == 0

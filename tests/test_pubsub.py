@@ -211,10 +211,11 @@ async def test_waiters_recover_after_pubsub_connection_is_killed(
 
     The holder's lease is long (watchdog 30 s) and the test's safety net is much shorter,
     so the waiters cannot be rescued by the TTL-bounded wait: only a restored subscription
-    and the re-check after it can wake them in time.
+    and the re-check after it can wake them in time. The holder is another client's: a
+    release of this client would hand the lock over to a waiter, needing no message.
     """
     client = make_client()
-    holder = client.lock(name, owner="holder")
+    holder = make_client().lock(name, owner="holder")
     await holder.lock()
     acquired: list[int] = []
 
@@ -223,7 +224,7 @@ async def test_waiters_recover_after_pubsub_connection_is_killed(
             acquired.append(i)
 
     tasks = [asyncio.create_task(worker(i)) for i in range(5)]
-    await wait_until(lambda: holder.statistics().tasks_waiting == 5, what="five waiting")
+    await wait_until(lambda: client.lock(name).statistics().tasks_waiting == 5, what="5 waiting")
     await wait_until(lambda: _all_confirmed(client), what="subscribed")
     await raw.client_kill_filter(_type="pubsub")
     # Release while the subscription is (probably) down: that message may be lost.

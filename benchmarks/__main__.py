@@ -1,15 +1,18 @@
-"""``python -m benchmarks [--quick] [--out DIR] [--only CASE[,CASE]] [--impl KEY[,KEY]]``.
+"""``python -m benchmarks [--quick] [--pin] [--baseline REF] [--out DIR | --update-results]``.
 
 Runs every case against one server, interleaving the implementations round-robin within
 each scenario and repetition (the starting implementation rotates per repetition), prints a
 progress line per measurement and the markdown report at the end, and writes
-``results.json``, ``results.md`` and PNG plots to the output folder.
+``results.json``, ``results.md`` and PNG plots to the output folder: a fresh
+``bench-out/<UTC time>/`` unless ``--out`` names one; ``--update-results`` refreshes the
+committed ``benchmarks/results/``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 import time
 import uuid
@@ -21,10 +24,11 @@ from typing import Any
 from aiolock.testing import redis_server
 
 from ._adapters import ADAPTERS
+from ._baseline import install_baseline
 from ._cases import Job, Scenario, measure
 from ._instrument import environment, server_info
 from ._plots import plot
-from ._report import markdown, ratios, write
+from ._report import markdown, ratios, targets, write
 from ._scale import POOLS, waiters_scenario, watchdog_case
 from ._stats import median_merge
 
@@ -49,6 +53,7 @@ SCENARIOS = (
     Scenario("rw", "8R+1W", 9),
 )
 
+RESULTS = Path(__file__).parent / "results"
 SCALE_LOCKS = 10_000
 SCALE_WAITERS = 10_000
 SCALE_WAITER_LOCKS = 1_000
@@ -62,8 +67,23 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--out",
         type=Path,
-        default=Path(__file__).parent / "results",
-        help="output folder (default: benchmarks/results)",
+        help="output folder (default: a fresh bench-out/<UTC time>/ in the current folder)",
+    )
+    parser.add_argument(
+        "--update-results",
+        action="store_true",
+        help="write to benchmarks/results/, the committed results (else a fresh folder)",
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="pin the server and every benchmark process to one CPU (stable ratios)",
+    )
+    parser.add_argument("--pin-cpu", type=int, default=0, help="the CPU of --pin (default 0)")
+    parser.add_argument(
+        "--baseline",
+        metavar="REF",
+        help="also measure the aiolock of git ref REF, installed beside (aiolock-baseline)",
     )
     parser.add_argument(
         "--only",
@@ -85,10 +105,55 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     impls = {k.strip() for k in args.impl.split(",") if k.strip()}
     if impls - set(ADAPTERS):
         parser.error(f"unknown implementation(s): {', '.join(sorted(impls - set(ADAPTERS)))}")
-    args.impls = [k for k in ADAPTERS if not impls or k in impls]
-    args.duration = args.duration or (0.3 if args.quick else 1.5)
-    args.reps = args.reps or (1 if args.quick else 2)
+    wanted_impls = [k for k in ADAPTERS if not impls or k in impls]
+    args.impls = [k for k in wanted_impls if k != "aiolock-baseline" or args.baseline]
+    if "aiolock-baseline" in impls and not args.baseline:
+        parser.error("aiolock-baseline needs --baseline REF")
+    if args.out is not None and args.update_results:
+        parser.error("--out and --update-results exclude each other")
+    if args.update_results:
+        args.out = RESULTS
+    elif args.out is None:
+        args.out = Path("bench-out") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    # Short rounds, many of them: on a noisy machine each repetition of every implementation
+    # lands in a different stretch of noise, and the medians and spreads show it.
+    args.duration = args.duration or (0.3 if args.quick else 0.6)
+    args.reps = args.reps or (1 if args.quick else 4)
     return args
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(steal, total) jiffies of all CPUs, or None where /proc/stat has no steal column."""
+    try:
+        with open("/proc/stat", encoding="ascii") as stat:
+            fields = stat.readline().split()
+    except OSError:
+        return None
+    if len(fields) < 9 or fields[0] != "cpu":
+        return None
+    numbers = [int(f) for f in fields[1:]]
+    # guest time is counted in user time already.
+    return numbers[7], sum(numbers[:8])
+
+
+def _steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+
+
+def _pin(url: str, cpu: int) -> dict[str, Any]:
+    """Pin the server (found by INFO's process_id) and this process to ``cpu``."""
+    server_pid = int(server_info(url).get("process_id") or 0)
+    if not server_pid:
+        raise SystemExit("--pin: the server did not say its process id (INFO server)")
+    try:
+        os.sched_setaffinity(server_pid, {cpu})
+        os.sched_setaffinity(0, {cpu})  # spawned benchmark processes inherit it
+    except OSError as exc:
+        raise SystemExit(f"--pin: cannot pin to CPU {cpu}: {exc}") from exc
+    print(f"pinned: server pid {server_pid} and the benchmark to CPU {cpu}", flush=True)
+    return {"cpu": cpu, "server_pid": server_pid}
 
 
 def _progress(metrics: dict[str, Any], scen: Scenario) -> str:
@@ -146,11 +211,13 @@ def _run_cases(
                 status = impls[key]["status"]
                 tag = f"bench:{run_id}:{scen.case}:{scen.variant}:{key}:{rep}".replace(" ", "")
                 t0 = time.monotonic()
+                cpu0 = _cpu_times()
                 metrics: dict[str, Any] = (
                     {"status": status}
                     if status
                     else measure(Job(key, url, tag, scen, args.duration))
                 )
+                metrics["steal_pct"] = _steal_pct(cpu0, _cpu_times())
                 print(
                     f"  rep {rep + 1}/{args.reps} {impls[key]['label']}: "
                     f"{_progress(metrics, scen)} ({time.monotonic() - t0:.1f} s)",
@@ -221,9 +288,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     run_id = uuid.uuid4().hex[:8]
+    baseline = None
+    if args.baseline:
+        folder, commit = install_baseline(args.baseline)
+        baseline = {"ref": args.baseline, "commit": commit}
+        print(f"baseline: aiolock at {args.baseline} ({commit}) from {folder}", flush=True)
     impls = _check(args.impls)
+    cpu0 = _cpu_times()
     with redis_server() as server:
         srv = {"kind": server.kind, "url": server.url, **server_info(server.url)}
+        pinned = _pin(server.url, args.pin_cpu) if args.pin else None
         runs = _run_cases(args, server.url, impls, run_id)
         result: dict[str, Any] = _run_scale(args, server.url, impls, run_id)
     summary = _merge(runs)
@@ -233,6 +307,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "mode": "quick" if args.quick else "full",
                 "duration_s": args.duration,
                 "reps": args.reps,
+                "pinned": pinned,
+                "baseline": baseline,
+                "steal_pct": _steal_pct(cpu0, _cpu_times()),
                 "started": started_at,
                 "elapsed_s": time.monotonic() - started,
                 "server": srv,
@@ -245,6 +322,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     )
     result["ratios"] = ratios(summary, result)
+    result["targets"] = targets(runs)
     md = markdown(result)
     print()
     print(md)

@@ -23,7 +23,10 @@ from typing import Any, ClassVar, Protocol
 import redis
 import redis.asyncio
 
+from ._baseline import NAME, on_path
 from ._instrument import RoundTrips
+
+on_path()  # a baseline installed by the parent process (--baseline), in a spawned child
 
 __all__ = (
     "ADAPTERS",
@@ -175,13 +178,15 @@ class _AiolockAdapter(AsyncAdapter):
     factory: ClassVar[str] = "lock"
     view: ClassVar[str | None] = None
     client_options: ClassVar[dict[str, Any]] = {}
+    #: The package measured: aiolock, or the earlier one installed beside it (--baseline).
+    package: ClassVar[str] = "aiolock"
 
     @classmethod
     def check(cls) -> str | None:
-        reason = _import_reason("aiolock")
+        reason = _import_reason(cls.package)
         if reason is not None:
             return reason
-        aiolock: Any = importlib.import_module("aiolock")
+        aiolock: Any = importlib.import_module(cls.package)
         if not hasattr(aiolock, "Client"):
             return "cannot run: aiolock.Client does not exist yet"
         if not hasattr(aiolock.Client, cls.factory):
@@ -189,8 +194,7 @@ class _AiolockAdapter(AsyncAdapter):
         return None
 
     async def setup(self) -> None:
-        import aiolock  # noqa: PLC0415 - only when measured
-
+        aiolock: Any = importlib.import_module(self.package)
         self.client = aiolock.Client.from_url(self.url, **self.client_options)
         try:
             self._make(f"{self.tag}:probe")
@@ -215,6 +219,13 @@ class _AiolockAdapter(AsyncAdapter):
 class AiolockLock(_AiolockAdapter):
     key = "aiolock"
     label = "aiolock Lock"
+
+
+class AiolockBaseline(_AiolockAdapter):
+    key = "aiolock-baseline"
+    label = "aiolock Lock (baseline)"
+    package = NAME
+    note = "the code at --baseline REF, installed beside"
 
 
 class AiolockFair(_AiolockAdapter):
@@ -557,6 +568,7 @@ ADAPTERS: dict[str, type[AsyncAdapter] | type[SyncAdapter]] = {
     cls.key: cls
     for cls in (
         AiolockLock,
+        AiolockBaseline,
         AiolockFair,
         AiolockRead,
         AiolockWrite,

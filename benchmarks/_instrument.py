@@ -2,9 +2,12 @@
 
 Client round trips are counted by wrapping the one method through which each client library
 writes a request: ``send_packed_command`` of redis-py's sync and asyncio connections (a
-pipeline is one packed send, so one round trip) and ``RedisConnection.execute`` of aioredis 1.x
-(used by aioredlock). Each call is one request, i.e. one round trip for request/response
-traffic; pub/sub pushes read by a subscriber are not counted, since nothing is sent for them.
+pipeline is one packed send, so one round trip), ``RedisConnection.execute`` of aioredis 1.x
+(used by aioredlock), and ``CommandTransport.call``/``call_many`` of aiolock's own command
+connection (a batch is one round trip, like a pipeline; aiolock does not send its commands
+through redis-py, except on its fallback wire, where both would count). Each call is one
+request, i.e. one round trip for request/response traffic; pub/sub pushes read by a
+subscriber are not counted, since nothing is sent for them.
 
 Server-side counts come from ``INFO commandstats`` deltas. Commands that a Lua script runs
 are counted there too, so a lock script that runs HSET+PEXPIRE counts three (EVALSHA, HSET,
@@ -68,6 +71,30 @@ class RoundTrips:
 
         async_conn.AbstractConnection.send_packed_command = counted_async  # type: ignore[method-assign]
         sync_conn.AbstractConnection.send_packed_command = counted_sync  # type: ignore[method-assign]
+        for package in ("aiolock", "aiolock_baseline"):
+            cls._install_transport(package)
+
+    @classmethod
+    def _install_transport(cls, package: str) -> None:
+        """Wrap ``<package>._transport.CommandTransport`` if that package has one."""
+        try:
+            module: Any = importlib.import_module(f"{package}._transport")
+        except ImportError:
+            return  # older aiolock (redis-py's send is counted), or no baseline copy
+        transport = module.CommandTransport
+        call, call_many = transport.call, transport.call_many
+
+        @functools.wraps(call)
+        async def counted_call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            cls.count += 1
+            return await call(self, *args, **kwargs)
+
+        @functools.wraps(call_many)
+        async def counted_call_many(self: Any, *args: Any, **kwargs: Any) -> Any:
+            cls.count += 1
+            return await call_many(self, *args, **kwargs)
+
+        transport.call, transport.call_many = counted_call, counted_call_many
 
     @classmethod
     def install_aioredis(cls) -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ("Row", "markdown", "ratios", "write")
+__all__ = ("Row", "markdown", "ratios", "targets", "write")
 
 Row = dict[str, Any]  # one merged row: case, variant, impl + metrics
 Value = float | int | str | None
@@ -103,6 +104,9 @@ def markdown(result: Mapping[str, Any]) -> str:
         f"- mode: {meta['mode']} ({meta['duration_s']} s per measurement, "
         f"{meta['reps']} interleaved repetition(s); medians shown), run took "
         f"{meta['elapsed_s']:.0f} s",
+        f"- pinned: {_pinned(meta.get('pinned'))}; host steal over the run: "
+        f"{_pct(meta.get('steal_pct'))} (per measurement: {_steal_range(result)})",
+        f"- baseline: {_baseline(meta.get('baseline'))}",
         f"- server: {meta['server']['kind']} {meta['server']['server_name']} "
         f"{meta['server']['server_version']} (redis_version {meta['server']['redis_version']})"
         ", loopback",
@@ -221,10 +225,40 @@ def markdown(result: Mapping[str, Any]) -> str:
         out += ["**waiters: tasks waiting on locks, memory while parked, then drained**", ""]
         out += [*_table(["metric", *(str(v.get("client")) for v in wt)], lines), ""]
 
-    out += ["", "## Target ratios", ""]
+    out += ["", "## Targets", ""]
+    out += [
+        "Each ratio is taken per repetition, between implementations measured in the same "
+        "round, then summarised (median, min-max over the repetitions).",
+        "",
+    ]
+    out += _targets_md(result.get("targets", []))
+    out += ["", "Further figures (from the medians):", ""]
     out += [f"- {k}: {_fmt_ratio(v)}" for k, v in result.get("ratios", {}).items()]
     out += ["", "See benchmarks/README.md for what each number means.", ""]
     return "\n".join(out)
+
+
+def _pinned(pinned: Mapping[str, Any] | None) -> str:
+    if not pinned:
+        return "no (server and clients on any CPU)"
+    return f"server and every benchmark process on CPU {pinned['cpu']}"
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if not isinstance(value, int | float) else f"{value:.1f} %"
+
+
+def _steal_range(result: Mapping[str, Any]) -> str:
+    seen = [r["steal_pct"] for r in result.get("runs", []) if isinstance(r.get("steal_pct"), float)]
+    if not seen:
+        return "n/a"
+    return f"{min(seen):.1f}-{max(seen):.1f} %, median {statistics.median(seen):.1f} %"
+
+
+def _baseline(baseline: Mapping[str, Any] | None) -> str:
+    if not baseline:
+        return "none (--baseline REF measures an earlier aiolock beside this one)"
+    return f"aiolock at {baseline['ref']} ({baseline['commit']}), as `aiolock-baseline`"
 
 
 def _fmt_ratio(value: Any) -> str:
@@ -238,23 +272,83 @@ def _kv_table(title: str, data: Mapping[str, Any]) -> list[str]:
     return [f"**{title}**", "", *_table(["metric", "value"], lines), ""]
 
 
+def _per_rep(
+    runs: Sequence[Row], case: str, variant: str, impl: str, metric: str
+) -> dict[int, float]:
+    """``metric`` of one implementation in one scenario, by repetition (ok runs only)."""
+    out: dict[int, float] = {}
+    for run in runs:
+        if (run["case"], run["variant"], run["impl"]) != (case, variant, impl):
+            continue
+        value = run.get(metric)
+        if run.get("status") == "ok" and isinstance(value, int | float):
+            out[int(run["rep"])] = float(value)
+    return out
+
+
+def _spread(values: Sequence[float]) -> dict[str, Any]:
+    if not values:
+        return {"median": None, "min": None, "max": None, "reps": 0}
+    return {
+        "median": statistics.median(values),
+        "min": min(values),
+        "max": max(values),
+        "reps": len(values),
+    }
+
+
+# The issue's targets: (name, case, variant, metric, impl, over impl or None, at least?, bound).
+_TARGETS: tuple[tuple[str, str, str, str, str, str | None, bool, float], ...] = (
+    ("uncontended pairs/s ÷ 2xEVALSHA floor, 1 task", "uncontended", "1 task",
+     "pairs_per_s", "aiolock", "floor-2xevalsha", True, 1.3),
+    ("uncontended pairs/s ÷ 2xEVALSHA floor, 32 tasks", "uncontended", "32 tasks",
+     "pairs_per_s", "aiolock", "floor-2xevalsha", True, 3.0),
+    ("N=16 owner changes/s ÷ token ring", "contended", "N=16",
+     "owner_changes_per_s", "aiolock", "ring", True, 1.1),
+    ("N=16 fewest acquisitions of one task (0: starved)", "contended", "N=16",
+     "per_task_min", "aiolock", None, True, 1.0),
+    ("4x8 (4 processes) round trips per acquisition", "contended", "4x8",
+     "round_trips_per_op", "aiolock", None, False, 3.0),
+    ("4x8 (4 processes) owner changes/s ÷ token ring", "contended", "4x8",
+     "owner_changes_per_s", "aiolock", "ring", True, 1.0),
+    ("client CPU per uncontended pair ÷ baseline, 1 task", "uncontended", "1 task",
+     "client_cpu_us_per_op", "aiolock", "aiolock-baseline", False, 0.5),
+    ("client CPU per uncontended pair ÷ baseline, 32 tasks", "uncontended", "32 tasks",
+     "client_cpu_us_per_op", "aiolock", "aiolock-baseline", False, 0.5),
+    ("uncontended pairs/s ÷ baseline, 1 task", "uncontended", "1 task",
+     "pairs_per_s", "aiolock", "aiolock-baseline", True, 0.0),
+    ("uncontended pairs/s ÷ baseline, 32 tasks", "uncontended", "32 tasks",
+     "pairs_per_s", "aiolock", "aiolock-baseline", True, 0.0),
+)  # fmt: skip
+
+
+def targets(runs: Sequence[Row]) -> list[dict[str, Any]]:
+    """Each target: the value per repetition (a ratio of two implementations measured in the
+    same repetition), its median, min and max, and whether the median meets the bound."""
+    out: list[dict[str, Any]] = []
+    for name, case, variant, metric, impl, over, at_least, bound in _TARGETS:
+        mine = _per_rep(runs, case, variant, impl, metric)
+        if over is None:
+            values = list(mine.values())
+        else:
+            theirs = _per_rep(runs, case, variant, over, metric)
+            values = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
+        spread = _spread(values)
+        median = spread["median"]
+        met = None if median is None else (median >= bound if at_least else median <= bound)
+        target = f"{'>=' if at_least else '<='} {bound:g}" if bound else "(reported)"
+        out.append({"target": name, "bound": target, **spread, "met": met if bound else None})
+    return out
+
+
 def ratios(rows: Sequence[Row], result: Mapping[str, Any]) -> dict[str, Any]:
-    """The project's target ratios for aiolock's Lock (``None`` where not measured)."""
+    """Further figures for aiolock's Lock (``None`` where not measured), from the medians."""
 
     def get(case: str, variant: str, impl: str, metric: str) -> Value:
         row = _find(rows, case, variant, impl)
         return None if row is None or row.get("status") != "ok" else row.get(metric)
 
     out: dict[str, Any] = {}
-    for v in ("1 task", "32 tasks"):
-        out[f"uncontended pairs/s ÷ 2xEVALSHA floor ({v})"] = _ratio(
-            get("uncontended", v, "aiolock", "pairs_per_s"),
-            get("uncontended", v, "floor-2xevalsha", "pairs_per_s"),
-        )
-    out["N=16 owner changes/s ÷ token ring"] = _ratio(
-        get("contended", "N=16", "aiolock", "owner_changes_per_s"),
-        get("contended", "N=16", "ring", "owner_changes_per_s"),
-    )
     for v in ("N=2", "N=16"):
         out[f"handoff p50 ÷ ring p50 ({v})"] = _ratio(
             get("handoff", v, "aiolock", "handoff_p50_ms"),
@@ -272,6 +366,26 @@ def ratios(rows: Sequence[Row], result: Mapping[str, Any]) -> dict[str, Any]:
         "renewal_evalsha_per_period"
     )
     return out
+
+
+def _targets_md(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    def fmt(value: Any) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    lines = [
+        [
+            row["target"],
+            row["bound"],
+            fmt(row["median"]),
+            f"{fmt(row['min'])}-{fmt(row['max'])}",
+            str(row["reps"]),
+            {True: "met", False: "**missed**", None: "-"}[row["met"]],
+        ]
+        for row in rows
+        if row["reps"]
+    ]
+    header = ["target", "bound", "median", "min-max", "reps", ""]
+    return _table(header, lines) if lines else ["(no target measured in this run)"]
 
 
 def write(out_dir: Path, result: Mapping[str, Any], md: str) -> list[Path]:

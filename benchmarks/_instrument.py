@@ -197,7 +197,12 @@ def server_info(url: str) -> dict[str, str]:
         client.close()
     name = str(info.get("server_name", "redis"))
     version = str(info.get(f"{name}_version", info.get("redis_version", "?")))
-    return {"server_name": name, "server_version": version, "redis_version": info["redis_version"]}
+    return {
+        "server_name": name,
+        "server_version": version,
+        "redis_version": info["redis_version"],
+        "process_id": str(info.get("process_id", "")),
+    }
 
 
 def _version(dist: str) -> str | None:

@@ -12,8 +12,17 @@ since; if one did, it undoes what it did and raises ``CancelledError`` itself. A
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
-__all__ = ("cancel_mark", "cancelled_since")
+__all__ = ("calling_task", "cancel_mark", "cancelled_since")
+
+
+def calling_task() -> asyncio.Task[Any] | None:
+    """The calling task; None outside a task or outside an asyncio loop."""
+    try:
+        return asyncio.current_task()
+    except RuntimeError:
+        return None
 
 
 def cancel_mark() -> int:

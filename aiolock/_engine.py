@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -29,7 +28,7 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._cancel import cancel_mark, cancelled_since
+from ._cancel import calling_task, cancel_mark, cancelled_since
 from ._exceptions import ClientClosedError, LockLostError, LockNotOwnedError
 from ._handover import HandOvers, Offer
 from ._keys import acquire_tombstone_key, unlock_latch_key
@@ -108,10 +107,17 @@ class Engine:
         """Refuse new calls from now on; the client then winds down what runs."""
         self.closed = True
 
-    def holder(self, owner: str | None) -> tuple[str, asyncio.Task[Any] | None]:
-        """The holder id of ``owner``, or of the calling task (and the task)."""
+    def holder(
+        self, owner: str | None, task: asyncio.Task[Any] | None = None
+    ) -> tuple[str, asyncio.Task[Any] | None]:
+        """The holder id of ``owner``, or of the calling task (and the task).
+
+        ``task``: the calling task, if the caller has looked it up already.
+        """
         if owner is not None:
             return self._ids.owner(owner), None
+        if task is not None:
+            return self._ids.of(task), task
         return self._ids.current()
 
     def believed(self, p: Primitive, owner: str | None) -> int:
@@ -130,9 +136,9 @@ class Engine:
         self, p: Primitive, owner: str | None, wait: float | None, lease: float | None
     ) -> bool:
         """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out."""
-        mark = self._call_starts()
+        mark, task = self._call_starts()
         try:
-            return await self._acquire(p, owner, wait, lease, mark)
+            return await self._acquire(p, owner, wait, lease, mark=mark, calling=task)
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
@@ -142,21 +148,39 @@ class Engine:
         finally:
             self._background.call_ended()
 
-    def _call_starts(self) -> int:
-        """Start a public acquire or release; return its task's cancel mark (_cancel.py).
+    def _request_id(self) -> str:
+        """A name for one script call's latch or tombstone, unique across clients.
+
+        The client's UUID and a count: cheaper than random bytes from the OS per call.
+        """
+        self._calls += 1
+        return f"{self._ids.client_id}:{self._calls}"
+
+    def _call_starts(self) -> tuple[int, asyncio.Task[Any] | None]:
+        """Start a public acquire or release: the task's cancel mark (_cancel.py), and the task.
+
+        The task (None outside one) is looked up once for the whole call.
 
         The call counts as under way (aclose() waits for it). Each caller writes the rest
         of the guard inline: a wrapper coroutine would cost every call a frame.
         """
-        mark = cancel_mark()
+        task = calling_task()
+        mark = task.cancelling() if task is not None else 0
         self.check_open()
         self._background.call_started()
-        return mark
+        return mark, task
 
     async def _acquire(
-        self, p: Primitive, owner: str | None, wait: float | None, lease: float | None, mark: int
+        self,
+        p: Primitive,
+        owner: str | None,
+        wait: float | None,
+        lease: float | None,
+        *,
+        mark: int,
+        calling: asyncio.Task[Any] | None,
     ) -> bool:
-        holder, task = self.holder(owner)
+        holder, task = self.holder(owner, calling)
         p.check_acquire(holder, self._holds)
         field = p.field(holder)
         lease_ms = self.settings.lease_ms if lease is None else max(1, round(lease * 1000))
@@ -381,8 +405,7 @@ class Engine:
             # attempt (a script takes a hold only from the count the holder believes).
             # A hold known lost counts for nothing: the server no longer has it.
             target = (hold.count if hold and hold.lost is None else 0) + 1
-            self._calls += 1
-            tombstone = acquire_tombstone_key(p.key, f"{self._ids.client_id}:{self._calls}")
+            tombstone = acquire_tombstone_key(p.key, self._request_id())
             try:
                 raw = await self._runner.run(*p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)
@@ -481,9 +504,9 @@ class Engine:
 
     async def release(self, p: Primitive, owner: str | None) -> None:
         """Release one hold of ``owner`` (None: the calling task) on ``p``."""
-        mark = self._call_starts()
+        mark, task = self._call_starts()
         try:
-            await self._release(p, owner, mark)
+            await self._release(p, owner, mark, task)
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
@@ -493,8 +516,10 @@ class Engine:
         finally:
             self._background.call_ended()
 
-    async def _release(self, p: Primitive, owner: str | None, mark: int) -> None:
-        holder, _ = self.holder(owner)
+    async def _release(
+        self, p: Primitive, owner: str | None, mark: int, calling: asyncio.Task[Any] | None
+    ) -> None:
+        holder, _ = self.holder(owner, calling)
         field = p.field(holder)
         # One line per holder, not per field: a read-write lock's read and write calls of
         # one holder take turns too (the upgrade rule depends on their order).
@@ -511,7 +536,7 @@ class Engine:
             raise
         hold = self._holds.get(p.key, field)
         # One latch per unlock call: every resend of this call replays the first result.
-        latch = unlock_latch_key(p.key, secrets.token_hex(16))
+        latch = unlock_latch_key(p.key, self._request_id())
         reapply = self._reapply_ms(hold)
         offer = self._offer(p, holder, hold)
         invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
@@ -622,7 +647,7 @@ class Engine:
     async def _release_later(self, p: Primitive, holder: str, field: str) -> None:
         """An unlock() cancelled before its turn: release in the background when it comes."""
         hold = self._holds.get(p.key, field)
-        latch = unlock_latch_key(p.key, secrets.token_hex(16))
+        latch = unlock_latch_key(p.key, self._request_id())
         reapply = self._reapply_ms(hold)
         if hold is not None:
             hold.releasing += 1

@@ -40,10 +40,14 @@ class HolderIds:
             ) from None
         if task is None:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        return self.of(task), task
+
+    def of(self, task: asyncio.Task[Any]) -> str:
+        """The holder id of ``task`` (a new one the first time)."""
         holder = self._ids.get(task)
         if holder is None:
             holder = self._ids[task] = f"{self.client_id}:{next(self._counter)}"
-        return holder, task
+        return holder
 
     def owner(self, owner: str) -> str:
         """The holder id of an explicit ``owner=``: never equal to a task's (API.md)."""

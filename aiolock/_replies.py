@@ -8,7 +8,6 @@ naming the lock where the server's text allows (wrong key type, missing permissi
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import ResponseError
@@ -18,9 +17,8 @@ from ._exceptions import LockError
 __all__ = ("AcquireReply", "Release", "as_int", "decode_force", "decode_release", "script_error")
 
 
-@dataclass(frozen=True, slots=True)
 class AcquireReply:
-    """Decoded reply of an acquire script.
+    """Decoded reply of an acquire script (a plain class: one per attempt, built fast).
 
     ``acquired`` with ``count`` = the holder's reentrancy count after the call; otherwise
     ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry), or ``stale``
@@ -28,10 +26,21 @@ class AcquireReply:
     (nothing was taken).
     """
 
-    acquired: bool
-    count: int = 0
-    ttl_ms: int = -1
-    stale: bool = False
+    __slots__ = ("acquired", "count", "stale", "ttl_ms")
+
+    def __init__(
+        self, *, acquired: bool, count: int = 0, ttl_ms: int = -1, stale: bool = False
+    ) -> None:
+        self.acquired = acquired
+        self.count = count
+        self.ttl_ms = ttl_ms
+        self.stale = stale
+
+    def __repr__(self) -> str:
+        return (
+            f"AcquireReply(acquired={self.acquired}, count={self.count}, "
+            f"ttl_ms={self.ttl_ms}, stale={self.stale})"
+        )
 
     @classmethod
     def decode(cls, raw: Any) -> AcquireReply:

@@ -33,7 +33,7 @@ HOLDERS = 32
 SETTLE_CHECKS = 600  # x 50 ms: the bound on waiting for the waiters to park
 now = time.monotonic
 POOLS = {
-    "from_url": "Client.from_url(url) (aiolock's bounded pool of 64)",
+    "from_url": "Client.from_url(url) (aiolock's own connections)",
     "blocking": "Client(Redis(BlockingConnectionPool(max_connections=100)))",
 }
 

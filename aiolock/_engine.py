@@ -62,6 +62,11 @@ _UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
 _REFUSED = (AuthenticationError,)
 
 
+def _cut_off(exc: BaseException) -> bool:
+    """Whether a call that raised ``exc`` may or may not have reached the server."""
+    return isinstance(exc, (asyncio.CancelledError, *_UNANSWERED)) and not isinstance(exc, _REFUSED)
+
+
 class Engine:
     """One client's acquire engine; the handles' only way to the server."""
 
@@ -390,7 +395,8 @@ class Engine:
             # An earlier call of this holder (a rollback or release finishing in the
             # background, another task's call with the same owner=) must land first: this
             # attempt's target count depends on its outcome.
-            await ticket.wait()
+            if not ticket.ready:  # spares a coroutine when the turn is free
+                await ticket.wait()
             self.check_open()
             # The holder's calls before this one may have changed what it holds (a write
             # unlock of the same owner=, say): judge the upgrade rule again, in turn.
@@ -528,7 +534,8 @@ class Engine:
             # An earlier call of this holder (a cut-off release finishing in the
             # background, another task's call with the same owner=) lands first, or this
             # call would decide on stale bookkeeping.
-            await ticket.wait()
+            if not ticket.ready:  # spares a coroutine when the turn is free
+                await ticket.wait()
         except BaseException:
             # Cancelled while waiting its turn: the release was asked for, so it is made,
             # in the background once the turn comes (async with must never exit holding).
@@ -545,39 +552,36 @@ class Engine:
             hold.releasing += 1
         try:
             result = decode_release(await self._runner.run(*invocation))
-        except _REFUSED:
+        except BaseException as exc:
+            if _cut_off(exc):
+                if hold is not None and not isinstance(exc, asyncio.CancelledError):
+                    # Not renewed from now on: should the release never land, the lock
+                    # then runs out with its lease instead of staying held by nobody's
+                    # knowledge.
+                    self._renewal.untrack(hold)
+                # Cancelled with the script in flight, or no answer within the retries:
+                # the release may or may not have happened. Finish it in the background (a
+                # resend with the same latch never releases twice), so the bookkeeping
+                # follows the server's answer and no hold is left held, and renewed, that
+                # nobody tracks. The caller still sees its error (the contract leaves
+                # connection errors be).
+                self._background.complete(
+                    ticket,
+                    self._finish_release(
+                        p,
+                        holder,
+                        hold=hold,
+                        invocation=invocation,
+                        latch=latch,
+                        reapply=reapply,
+                        offer=offer,
+                    ),
+                )
+                raise
+            # Refused (a login), or the script failed: nothing was done.
             if hold is not None:
                 hold.releasing -= 1
             self._settle_offer(p, offer, Release.NOT_HELD)
-            ticket.release()
-            raise
-        except (asyncio.CancelledError, *_UNANSWERED) as exc:
-            if hold is not None and not isinstance(exc, asyncio.CancelledError):
-                # Not renewed from now on: should the release never land, the lock then
-                # runs out with its lease instead of staying held by nobody's knowledge.
-                self._renewal.untrack(hold)
-            # Cancelled with the script in flight, or no answer within the retries: the
-            # release may or may not have happened. Finish it in the background (a resend
-            # with the same latch never releases twice), so the bookkeeping follows the
-            # server's answer and no hold is left held, and renewed, that nobody tracks.
-            # The caller still sees its error (the contract leaves connection errors be).
-            self._background.complete(
-                ticket,
-                self._finish_release(
-                    p,
-                    holder,
-                    hold=hold,
-                    invocation=invocation,
-                    latch=latch,
-                    reapply=reapply,
-                    offer=offer,
-                ),
-            )
-            raise
-        except BaseException as exc:
-            if hold is not None:
-                hold.releasing -= 1
-            self._settle_offer(p, offer, Release.NOT_HELD)  # the script failed: nothing done
             ticket.release()
             if isinstance(exc, ResponseError):
                 raise script_error(p.name, p.key, exc) from exc

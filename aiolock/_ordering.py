@@ -36,6 +36,12 @@ class Ticket:
         self._future = future
         self._released = False
 
+    @property
+    def ready(self) -> bool:
+        """Whether the turn is this ticket's now (no wait needed: the common case)."""
+        future = self._future
+        return future is None or future.done()
+
     async def wait(self) -> None:
         """Wait for this ticket's turn.
 

@@ -27,7 +27,15 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-__all__ = ("ErrorReply", "error_reply", "pack", "pack_script", "script_prefix")
+__all__ = (
+    "REPLY_ERRORS",
+    "ErrorReply",
+    "error_reply",
+    "from_redis_py",
+    "pack",
+    "pack_script",
+    "script_prefix",
+)
 
 Arg = str | int | bytes
 
@@ -124,3 +132,17 @@ def error_reply(message: str) -> Exception:
     if cls is None:
         return ResponseError(message)
     return cls(rest)
+
+
+#: What redis-py's parser raises for an error reply: a ResponseError, or one of the two reply
+#: classes redis-py derives from its ConnectionError (a reader must not take those for a
+#: broken connection).
+REPLY_ERRORS: Final = (ResponseError, AuthenticationError, BusyLoadingError)
+
+
+def from_redis_py(exc: Exception) -> Exception:
+    """An error reply as redis-py raised it, made what ``error_reply`` makes of the same text."""
+    if isinstance(exc, ResponseError) and str(exc).startswith("Protocol error: unauthenticated"):
+        # redis-py dropped the "ERR " code, as it does for every code it knows.
+        return error_reply(f"ERR {exc}")
+    return exc

@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 
-from ._resp import ErrorReply, error_reply
+from ._resp import REPLY_ERRORS, ErrorReply, error_reply, from_redis_py
 
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
@@ -196,8 +195,8 @@ class _RedisPyWire(Wire):
                 reply = await self._conn.read_response(
                     timeout=math.inf, disconnect_on_error=False, push_request=self._pushes
                 )
-            except ResponseError as exc:
-                reply = exc
+            except REPLY_ERRORS as exc:
+                reply = from_redis_py(exc)
             except Exception as exc:
                 self.close(RedisConnectionError(f"aiolock: reading from {self.peer} failed: {exc}"))
                 return

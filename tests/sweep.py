@@ -78,8 +78,13 @@ T = TypeVar("T")
 AnyLock: TypeAlias = aiolock.Lock | aiolock.FairLock | aiolock.ReadLock | aiolock.WriteLock
 Releaser: TypeAlias = Callable[[], Awaitable[object]]
 
-#: The highest k swept: a call that has not completed by then never completes.
+#: The highest k swept every round: the calls complete within 5-80 iterations as a rule.
 CAP = 400
+#: Past CAP, k doubles until the call completes untouched, up to this. An iteration is one
+#: ``call_soon`` hop, 2-3 microseconds while the loop has nothing else to do, and a round
+#: trip sometimes takes over a millisecond (seen on a 2-core machine with the fallback
+#: wire): longer than CAP hops. A call that has not completed by STRETCH_CAP never will.
+STRETCH_CAP = CAP * 2**8
 #: Safety nets (never reached when the library works): a case's call, a setup call.
 CALL_LIMIT = 15.0
 STEP_LIMIT = 15.0
@@ -215,6 +220,16 @@ def all_specs() -> list[Spec]:
         # A hand-over goes to a task's call only: an owner= holder's never is the heir.
         if not (scenario is Scenario.RACED_SIBLING and owner is not None)
     ]
+
+
+def _stretch(last: int) -> list[int]:
+    """The k tried after ``last`` while the call has not completed: doubling to STRETCH_CAP."""
+    ks = []
+    k = max(last, 1) * 2
+    while k <= STRETCH_CAP:
+        ks.append(k)
+        k *= 2
+    return ks
 
 
 def k_schedule(*, full: bool) -> list[int]:
@@ -944,8 +959,9 @@ class Sweep:
         completed_at: list[int] = []
         crash: BaseException | None = None
         try:
+            stretch = _stretch(ks[-1])
             for round_ in range(rounds):
-                for k in ks:
+                for k in [*ks, *stretch]:
                     case = _Case(self, k, round_)
                     cases += 1
                     try:
@@ -963,8 +979,9 @@ class Sweep:
                         completed_at.append(k)
                         break
                 else:
-                    never = f"the call never completed before a cancel at k <= {ks[-1]}"
-                    violations[never].append(ks[-1])
+                    last = stretch[-1] if stretch else ks[-1]
+                    never = f"the call never completed before a cancel at k <= {last}"
+                    violations[never].append(last)
                 if crash is not None:
                     break
         finally:

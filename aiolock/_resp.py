@@ -1,15 +1,17 @@
 """The Redis protocol (RESP) as aiolock's own connections speak it: packing and error replies.
 
-Commands are packed here once into the bytes that go on the wire; an EVALSHA carries a
-prefix computed once per script. Replies are parsed by hiredis (see ``_wire.py``); an error
-reply becomes the redis-py exception a redis-py client would raise for it, so callers catch
-the same classes whichever connection answered.
+Commands are packed here, by hiredis, into the bytes that go on the wire. Replies are
+parsed by hiredis too (see ``_wire.py``); an error reply becomes the redis-py exception a
+redis-py client would raise for it, so callers catch the same classes whichever connection
+answered.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Callable
+from typing import Final, cast
 
+import hiredis
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -34,66 +36,23 @@ __all__ = (
     "from_redis_py",
     "pack",
     "pack_script",
-    "script_prefix",
 )
 
 Arg = str | int | bytes
 
-
-def _bulk(arg: object) -> bytes:
-    if isinstance(arg, str):
-        data = arg.encode()
-    elif isinstance(arg, bytes):
-        data = arg
-    elif isinstance(arg, int) and not isinstance(arg, bool):
-        data = b"%d" % arg
-    else:
-        # A float or bool here is a bug of the caller: the scripts take whole numbers.
-        raise TypeError(f"a command argument must be str, int or bytes, not {type(arg).__name__}")
-    return b"$%d\r\n%b\r\n" % (len(data), data)
+# hiredis packs in C, twice as fast as the best Python formatting measured (0.85 against
+# 1.7 us for an acquire's EVALSHA); its stub types the argument as a 1-tuple.
+_pack_command = cast("Callable[[tuple[Arg, ...]], bytes]", hiredis.pack_command)
 
 
 def pack(*args: Arg) -> bytes:
-    """One command as RESP bytes: an array of bulk strings."""
-    return b"*%d\r\n%b" % (len(args), b"".join(map(_bulk, args)))
+    """One command as RESP bytes: an array of bulk strings (str as UTF-8, int in decimal)."""
+    return _pack_command(args)
 
 
-def script_prefix(sha: str) -> bytes:
-    """What every EVALSHA of the script with SHA-1 ``sha`` starts with after its length."""
-    return _bulk("EVALSHA") + _bulk(sha)
-
-
-def pack_script(prefix: bytes, keys: list[str], args: list[str | int]) -> bytes:
-    """``EVALSHA sha len(keys) *keys *args``, the prefix from :func:`script_prefix`.
-
-    The hot path of every call: the arguments (ASCII in practice: key names, holder ids,
-    numbers) are formatted as one text and encoded once, where :func:`pack` encodes each.
-    """
-    parts = []
-    for arg in (*keys, *args):
-        text = arg if arg.__class__ is str else _number(arg)
-        if not text.isascii():
-            # A character of several bytes: the lengths must count bytes.
-            return b"*%d\r\n%b%b%b" % (
-                3 + len(keys) + len(args),
-                prefix,
-                _bulk(len(keys)),
-                b"".join(map(_bulk, [*keys, *args])),
-            )
-        parts.append(f"${len(text)}\r\n{text}\r\n")
-    return b"*%d\r\n%b$%d\r\n%d\r\n%b" % (
-        3 + len(keys) + len(args),
-        prefix,
-        len(str(len(keys))),
-        len(keys),
-        "".join(parts).encode(),
-    )
-
-
-def _number(arg: object) -> str:
-    if isinstance(arg, int) and not isinstance(arg, bool):
-        return str(arg)
-    raise TypeError(f"a script argument must be str or int, not {type(arg).__name__}")
+def pack_script(sha: bytes, keys: list[str], args: list[str | int]) -> bytes:
+    """``EVALSHA sha len(keys) *keys *args`` as RESP bytes: the hot path of every call."""
+    return _pack_command((b"EVALSHA", sha, len(keys), *keys, *args))
 
 
 class ErrorReply(Exception):

@@ -21,7 +21,7 @@ from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._lua import read_script
-from ._resp import pack, pack_script, script_prefix
+from ._resp import pack, pack_script
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -41,19 +41,19 @@ class Script:
     name: str
     text: str
     sha: str = field(init=False)
-    #: What every EVALSHA of it starts with on the wire, and its SCRIPT LOAD, packed once.
-    prefix: bytes = field(init=False, repr=False)
+    #: The SHA-1 as EVALSHA sends it, and its SCRIPT LOAD packed once.
+    sha_bytes: bytes = field(init=False, repr=False)
     load: bytes = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         sha = hashlib.sha1(self.text.encode()).hexdigest()  # noqa: S324
         object.__setattr__(self, "sha", sha)
-        object.__setattr__(self, "prefix", script_prefix(sha))
+        object.__setattr__(self, "sha_bytes", sha.encode())
         object.__setattr__(self, "load", pack("SCRIPT", "LOAD", self.text))
 
     def packed(self, keys: list[str], args: list[str | int]) -> bytes:
         """``EVALSHA`` of this script with ``keys`` and ``args``, as wire bytes."""
-        return pack_script(self.prefix, keys, args)
+        return pack_script(self.sha_bytes, keys, args)
 
 
 _cache: dict[str, Script] = {}

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.sentinel import SentinelConnectionPool
 
 from ._background import Background
 from ._config import ClientOptions, Settings, TimeArg
@@ -23,6 +24,7 @@ from ._pubsub import Dispatcher
 from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
 from ._scripts import ScriptRunner
+from ._topology import OneServer
 from ._transport import CommandTransport
 from ._waiting import WaitingRoom
 
@@ -103,8 +105,9 @@ class Client:
         # redis-py builds every connection aiolock opens, from the user's pool settings.
         make_connection = redis.connection_pool.make_connection
         self._transport = CommandTransport(make_connection, deadline=_reply_deadline(redis))
+        sentinel = isinstance(redis.connection_pool, SentinelConnectionPool)
         self._runner = ScriptRunner(
-            self._transport,
+            OneServer(self._transport, sentinel=sentinel),
             retry_attempts=options.retry_attempts,
             retry_interval=options.retry_interval,
         )

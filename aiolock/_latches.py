@@ -56,6 +56,12 @@ class LatchSweeper:
     async def flush(self) -> None:
         """Delete every collected latch now."""
         while self._keys:
-            batch, self._keys = self._keys[:_BATCH], self._keys[_BATCH:]
-            with contextlib.suppress(RedisError, OSError):
-                await self._runner.command("UNLINK", *batch)
+            # One UNLINK per shard: on a cluster a multi-key command stays in one slot.
+            shards: dict[int, list[str]] = {}
+            for key in self._keys:
+                shards.setdefault(self._runner.shard(key), []).append(key)
+            self._keys = []
+            for keys in shards.values():
+                for start in range(0, len(keys), _BATCH):
+                    with contextlib.suppress(RedisError, OSError):
+                        await self._runner.command("UNLINK", *keys[start : start + _BATCH])

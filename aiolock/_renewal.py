@@ -137,13 +137,17 @@ class RenewalService:
         all_sent = True
         self.rounds += 1
         calls_before = self.calls
-        by_kind: dict[str, list[Hold]] = {}
+        # One script call renews holds of one kind in one shard (a cluster's slot: a script
+        # touches one slot only); all calls of a kind go out together, one write per server.
+        shard = self._runner.shard
+        by_kind: dict[str, dict[int, list[Hold]]] = {}
         for hold in self._holds:
-            by_kind.setdefault(hold.kind, []).append(hold)
-        for kind, holds in by_kind.items():
+            by_kind.setdefault(hold.kind, {}).setdefault(shard(hold.key), []).append(hold)
+        for kind, shards in by_kind.items():
             script, keys_of, args_of = _KINDS[kind]()
             batches = [
                 holds[start : start + self._batch_size]
+                for holds in shards.values()
                 for start in range(0, len(holds), self._batch_size)
             ]
             calls: list[tuple[list[str], list[str | int]]] = [

@@ -16,8 +16,15 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    MovedError,
+    NoScriptError,
+    RedisError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._lua import read_script
@@ -26,6 +33,7 @@ from ._resp import pack, pack_script
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
+    from ._topology import Topology
     from ._transport import CommandTransport
 
 __all__ = ("Script", "ScriptRunner", "load_script")
@@ -72,103 +80,247 @@ def load_script(name: str) -> Script:
 
 
 class ScriptRunner:
-    """Runs the package's scripts on one client's command connection.
+    """Runs the package's scripts on one client's command connections.
 
     It belongs to one :class:`~aiolock.Client` (never shared at class level), so scripts
-    always go to that client's server.
+    always go to that client's servers: the topology names the connection of each key.
     """
 
-    __slots__ = ("_retry_attempts", "_retry_interval", "_transport")
+    __slots__ = (
+        "_resend",
+        "_retry_attempts",
+        "_retry_interval",
+        "_route",
+        "_topology",
+        "_transient",
+    )
 
-    def __init__(
-        self, transport: CommandTransport, *, retry_attempts: int, retry_interval: float
-    ) -> None:
-        self._transport = transport
+    def __init__(self, topology: Topology, *, retry_attempts: int, retry_interval: float) -> None:
+        self._topology = topology
+        self._route = topology.route
         self._retry_attempts = retry_attempts
         self._retry_interval = retry_interval
+        self._transient: tuple[type[Exception], ...] = (
+            RedisConnectionError,
+            RedisTimeoutError,
+            *topology.transient,
+        )
+        # What a send may get that a send again (maybe elsewhere) can cure.
+        self._resend: tuple[type[Exception], ...] = (*self._transient, MovedError, AskError)
+
+    def shard(self, key: str) -> int:
+        """Keys of one shard may share a multi-key command (one cluster slot)."""
+        return self._topology.shard(key)
 
     async def run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
-        """Run ``script`` with ``keys``/``args``, retrying transient connection errors."""
+        """Run ``script`` with ``keys``/``args``, retrying transient errors and redirects."""
         command = script.packed(keys, args)
-        try:
-            return await self._transport.call(command)
-        except NoScriptError:
-            pass
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            if not self._retry_attempts:
-                raise
-            log.debug("retrying %s after %r (attempt 1)", script.name, exc)
-            await asyncio.sleep(self._retry_interval)
-            return await self._retrying(
-                lambda: self._evalsha(script, command), script.name, attempt=1
-            )
-        return await self._retrying(lambda: self._reload(script, command), script.name)
+        transport = self._route(keys[0])
+        if transport is not None:
+            # The hot path: one send on a known connection.
+            try:
+                return await transport.call(command)
+            except NoScriptError:
+                pass
+            except self._resend as exc:
+                return await self._retrying(
+                    lambda to: self._evalsha(to, script, command), keys[0], script.name, exc
+                )
+        return await self._retrying(
+            lambda to: self._evalsha(to, script, command, reload=transport is not None),
+            keys[0],
+            script.name,
+            None,
+            transport,
+        )
 
-    async def _evalsha(self, script: Script, command: bytes) -> Any:
+    async def _evalsha(
+        self, to: _Target, script: Script, command: bytes, *, reload: bool = False
+    ) -> Any:
+        transport, asking = to
+        if reload:
+            # The server lost its script cache (restart, SCRIPT FLUSH, failover): load the
+            # text once and resend. The SHA is the same, so concurrent callers converge.
+            await transport.call(script.load)
         try:
-            return await self._transport.call(command)
+            return await _send(transport, command, asking)
         except NoScriptError:
-            return await self._reload(script, command)
-
-    async def _reload(self, script: Script, command: bytes) -> Any:
-        # The server lost its script cache (restart, SCRIPT FLUSH, failover): load the text
-        # once and resend. The SHA is the same, so concurrent callers converge.
-        await self._transport.call(script.load)
-        return await self._transport.call(command)
+            await transport.call(script.load)
+            return await _send(transport, command, asking)
 
     async def run_batch(
         self, script: Script, calls: list[tuple[list[str], list[str | int]]]
     ) -> list[Any]:
-        """Run ``script`` once per ``(keys, args)`` in ``calls``, all in one round trip.
+        """Run ``script`` once per ``(keys, args)`` in ``calls``, in one round trip per server.
 
-        Returns one entry per call: its reply, or the error reply as an exception, for the
-        caller to judge. Transient connection errors resend the whole batch: only for
-        idempotent scripts.
+        Returns one entry per call: its reply, or an exception (its error reply, or the
+        connection error that outlasted the retries), for the caller to judge. Transient
+        errors resend a server's whole share: only for idempotent scripts.
         """
         commands = [script.packed(keys, args) for keys, args in calls]
+        shares: dict[CommandTransport | None, list[int]] = {}
+        for index, (keys, _) in enumerate(calls):
+            shares.setdefault(self._route(keys[0]), []).append(index)
+        replies: list[Any] = [None] * len(calls)
 
-        async def send_all() -> list[Any]:
-            replies = _connection_errors_raised(await self._transport.call_many(commands))
-            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-            if missing:
-                # As in run(): the server lost its script cache; load once, resend those.
-                await self._transport.call(script.load)
-                again = _connection_errors_raised(
-                    await self._transport.call_many([commands[i] for i in missing])
+        async def send_share(transport: CommandTransport | None, indexes: list[int]) -> None:
+            if transport is None:
+                # Not located yet (a cluster before its first map): one by one.
+                for index in indexes:
+                    replies[index] = await self._caught(script, *calls[index])
+                return
+            share = [commands[index] for index in indexes]
+            try:
+                got = await self._retrying(
+                    lambda to: self._send_many(to[0], script, share),
+                    calls[indexes[0]][0][0],
+                    script.name,
+                    None,
+                    transport,
+                    follow=False,
                 )
-                for index, reply in zip(missing, again, strict=True):
-                    replies[index] = reply
-            return replies
+            except (RedisError, OSError) as exc:
+                for index in indexes:
+                    replies[index] = exc
+                return
+            for index, reply in zip(indexes, got, strict=True):
+                # A slot moved (or moving) since the map was read: that call alone, with
+                # run()'s redirects and retries.
+                moved = isinstance(reply, _ELSEWHERE)
+                replies[index] = await self._caught(script, *calls[index]) if moved else reply
 
-        return await self._retrying(send_all, script.name)
+        if len(shares) == 1:
+            [(transport, indexes)] = shares.items()
+            await send_share(transport, indexes)
+        else:
+            await asyncio.gather(*(send_share(t, i) for t, i in shares.items()))
+        return replies
+
+    async def _caught(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+        try:
+            return await self.run(script, keys, args)
+        except (RedisError, OSError) as exc:
+            return exc
+
+    @staticmethod
+    async def _send_many(
+        transport: CommandTransport, script: Script, commands: list[bytes]
+    ) -> list[Any]:
+        replies = _connection_errors_raised(await transport.call_many(commands))
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            # As in run(): the server lost its script cache; load once, resend those.
+            await transport.call(script.load)
+            again = _connection_errors_raised(
+                await transport.call_many([commands[i] for i in missing])
+            )
+            for index, reply in zip(missing, again, strict=True):
+                replies[index] = reply
+        return replies
 
     async def command(self, *args: str | int) -> Any:
-        """Run one plain command with the same retry policy."""
+        """Run one plain command about the key ``args[1]``, with the same retry policy."""
         command = pack(*args)
-        return await self._retrying(lambda: self._transport.call(command), str(args[0]))
+        return await self._retrying(
+            lambda to: _send(to[0], command, to[1]), str(args[1]), str(args[0]), None
+        )
 
     async def pipeline(self, *commands: tuple[str, ...]) -> list[Any]:
-        """Run plain commands in one round trip, with the same retry policy.
+        """Run plain commands about one key (each ``command[1]``) in one round trip.
 
         Error replies come back in the list (as exceptions), for the caller to judge.
         """
         packed = [pack(*command) for command in commands]
 
-        async def send() -> list[Any]:
-            return _connection_errors_raised(await self._transport.call_many(packed))
+        async def send(to: _Target) -> list[Any]:
+            transport, asking = to
+            if asking:
+                packed_asking = [part for command in packed for part in (_ASKING, command)]
+                replies = await transport.call_many(packed_asking)
+                replies = replies[1::2]
+            else:
+                replies = await transport.call_many(packed)
+            return _raised(_connection_errors_raised(replies))
 
-        return await self._retrying(send, "pipeline")
+        return await self._retrying(send, commands[0][1], "pipeline", None)
 
-    async def _retrying(self, call: Callable[[], Awaitable[T]], what: str, attempt: int = 0) -> T:
+    async def _retrying(
+        self,
+        call: Callable[[_Target], Awaitable[T]],
+        key: str,
+        what: str,
+        first: Exception | None,
+        transport: CommandTransport | None = None,
+        *,
+        follow: bool = True,
+    ) -> T:
+        """Send by ``call`` until it is answered: retry transient errors, follow redirects.
+
+        ``first``: the error the first send already got (its transport is ``key``'s).
+        ``follow``: MOVED and ASK are followed; else they are raised to the caller.
+        """
+        attempt = 0
+        redirects = 0
+        asking = False
+        topology = self._topology
+        exc = first
         while True:
+            if exc is not None:
+                if isinstance(exc, (MovedError, AskError)) and follow:
+                    redirects += 1
+                    if redirects > _MAX_REDIRECTS:
+                        raise exc
+                    transport = topology.redirected(exc)
+                    asking = isinstance(exc, AskError)
+                    log.debug("%s redirected: %r", what, exc)
+                elif isinstance(exc, self._transient):
+                    if transport is not None:
+                        topology.failed(transport, exc)
+                    attempt += 1
+                    if attempt > self._retry_attempts:
+                        raise exc
+                    log.debug("retrying %s after %r (attempt %d)", what, exc, attempt)
+                    await asyncio.sleep(self._retry_interval)
+                    transport = None
+                    asking = False
+                else:
+                    raise exc
+            if transport is None:
+                transport = self._route(key) or await topology.locate(key)
             try:
-                return await call()
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                attempt += 1
-                if attempt > self._retry_attempts:
-                    raise
-                log.debug("retrying %s after %r (attempt %d)", what, exc, attempt)
-                await asyncio.sleep(self._retry_interval)
+                return await call((transport, asking))
+            except self._resend as error:
+                exc = error
+            else:  # pragma: no cover - returned above
+                raise AssertionError
+
+
+#: Where one send goes: the connection, and whether an ASK redirect sent it there.
+_Target = tuple["CommandTransport", bool]
+# As redis-py's cluster client: a chain of redirects this long means a map that keeps
+# changing, not a slot in migration.
+_MAX_REDIRECTS = 16
+_ASKING = pack("ASKING")
+# Error replies in a batch that the call alone, sent again, may not get.
+_ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+
+async def _send(transport: CommandTransport, command: bytes, asking: bool) -> Any:  # noqa: FBT001
+    """Send one command; after an ASK redirect, behind an ASKING on the same connection."""
+    if not asking:
+        return await transport.call(command)
+    _, reply = await transport.call_many([_ASKING, command])
+    if isinstance(reply, Exception):
+        raise reply
+    return reply
+
+
+def _raised(replies: list[Any]) -> list[Any]:
+    """``replies``, unless one is a redirect: the pipeline then goes where it points."""
+    for reply in replies:
+        if isinstance(reply, (MovedError, AskError)):
+            raise reply
+    return replies
 
 
 def _connection_errors_raised(replies: list[Any]) -> list[Any]:

@@ -291,6 +291,16 @@ class CommandTransport:
         if not task.cancelled():
             task.exception()  # retrieved: every caller has it from the shield
 
+    def reset(self, exc: Exception) -> None:
+        """Drop the connection now: queued and in-flight calls fail with ``exc``.
+
+        For a server that stopped being the primary (a Sentinel switch, a cluster node
+        demoted): their callers resend, and the next call connects to the current one.
+        """
+        wire = self._wire
+        if wire is not None:
+            wire.close(exc)
+
     async def aclose(self) -> None:
         """Fail whatever is still queued, close the connection and forget it."""
         self.closed = True

@@ -20,6 +20,7 @@ import aiolock
 from aiolock._exceptions import ClientClosedError
 from aiolock._resp import pack
 from aiolock._scripts import ScriptRunner, load_script
+from aiolock._topology import OneServer
 from aiolock._transport import CommandTransport
 
 from .faultproxy import FaultProxy, command
@@ -169,7 +170,7 @@ async def test_a_caller_cancelled_while_waiting_for_room_passes_it_on(make: Make
 
 async def test_noscript_is_reloaded_through_the_same_connection(make: Make, raw: Redis) -> None:
     transport = make()
-    runner = ScriptRunner(transport, retry_attempts=0, retry_interval=0)
+    runner = ScriptRunner(OneServer(transport, sentinel=False), retry_attempts=0, retry_interval=0)
     script = load_script("lock_force_unlock")
     await raw.script_flush()
     name = "test:transport:noscript"

@@ -184,6 +184,8 @@ async def test_renewal_error_is_logged_and_retried(
     failures = 0
 
     class FlakyRunner:
+        shard = client._runner.shard
+
         async def run_batch(self, script: Any, calls: list[Any]) -> list[Any]:
             nonlocal failures
             if failures < 2:

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ._latches import LatchSweeper
     from ._ordering import CallOrder, Ticket
     from ._primitive import Invocation, Primitive
-    from ._pubsub import Dispatcher, Subscription
+    from ._pubsub import PubSub, Subscription
     from ._renewal import RenewalService
     from ._scripts import ScriptRunner
     from ._waiting import Waiter, WaitingRoom
@@ -80,7 +80,7 @@ class Engine:
         renewal: RenewalService,
         order: CallOrder,
         waiting: WaitingRoom,
-        dispatcher: Dispatcher,
+        dispatcher: PubSub,
         background: Background,
         latches: LatchSweeper,
     ) -> None:
@@ -243,22 +243,21 @@ class Engine:
         waiting.saw_lease(p.key, ttl_ms)
         try:
             if sub is None:
-                loop = asyncio.get_running_loop()
-                remaining = None if call.deadline is None else call.deadline - loop.time()
-                try:
-                    sub = await self._dispatcher.subscribe(p.channel(call.holder), remaining)
-                except ResponseError as exc:
-                    # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
-                    raise script_error(p.name, p.key, exc) from exc
+                sub = await self._subscribe(p, call)
                 if sub is None:
                     await self._give_up(p, call)
                     return False
                 waiter = None  # subscribed only now: attempt again before waiting
-            try:
+            while True:
                 # The subscription stays referenced (and so subscribed) while this waits.
-                return await self._wait_subscribed(p, call, waiter, ttl_ms)
-            finally:
-                sub.release()
+                outcome = await self._wait_subscribed(p, call, sub, waiter, ttl_ms)
+                if outcome is not None:
+                    return outcome
+                sub = await self._subscribe(p, call)
+                if sub is None:
+                    await self._give_up(p, call)
+                    return False
+                waiter = None
         except BaseException:
             if p.leaves_queue and waiting.field_waiting(p.key, call.field) == 1:
                 # The queue exit takes its place in the holder's line now, so the holder's
@@ -270,60 +269,80 @@ class Engine:
         finally:
             waiting.leave(p.key, call.field)
 
+    async def _subscribe(self, p: Primitive, call: Call) -> Subscription | None:
+        """Subscribe to ``call``'s channel; None if its deadline came first."""
+        loop = asyncio.get_running_loop()
+        remaining = None if call.deadline is None else call.deadline - loop.time()
+        try:
+            return await self._dispatcher.subscribe(p.channel(call.holder), remaining)
+        except ResponseError as exc:
+            # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
+            raise script_error(p.name, p.key, exc) from exc
+
     async def _wait_subscribed(
-        self, p: Primitive, call: Call, waiter: Waiter | None, ttl_ms: int
-    ) -> bool:
+        self, p: Primitive, call: Call, sub: Subscription, waiter: Waiter | None, ttl_ms: int
+    ) -> bool | None:
+        """Wait on ``sub`` (released at the end) until the lock is taken or time is up.
+
+        None: ``sub`` went stale (its cluster slot moved); subscribe again and go on.
+        """
         loop = asyncio.get_running_loop()
         room = self._waiting
         channel = p.channel(call.holder)
-        while True:
-            if waiter is None:
-                # Register before the attempt: a release published while the script is in
-                # flight then wakes this very waiter, so it is never missed.
-                waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
+        try:
+            # Until the channel's cluster slot moves (its waiters are woken then): the
+            # caller then subscribes where it is served now, before the next attempt.
+            while waiter is not None or not sub.stale:
+                if waiter is None:
+                    # Register before the attempt: a release published while the script is in
+                    # flight then wakes this very waiter, so it is never missed.
+                    waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
+                    try:
+                        reply = await self._attempt(p, call)
+                    except BaseException:
+                        room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                        raise
+                    if reply.acquired:
+                        room.remove(channel, waiter, leaving=False)
+                        return True
+                    ttl_ms = reply.ttl_ms
+                    self._waiting.saw_lease(p.key, ttl_ms)
+                # A lost message costs at most the holder's remaining lease.
+                bound = ttl_ms / 1000 if ttl_ms >= 0 else self.settings.ttl_cap
+                if call.deadline is not None:
+                    remaining = call.deadline - loop.time()
+                    if remaining <= 0:
+                        room.remove(channel, waiter, leaving=True)
+                        await self._give_up(p, call)
+                        return False
+                    bound = min(bound, remaining)
                 try:
-                    reply = await self._attempt(p, call)
+                    self.check_open()
+                    waiter.parked = call  # from now on a release may hand it the lock
+                    try:
+                        await waiter.wait(bound)
+                    finally:
+                        waiter.parked = None
+                    self.check_open()
+                    taken = None if waiter.offer is None else await self._take(call, waiter.offer)
                 except BaseException:
-                    room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                    raise
-                if reply.acquired:
-                    room.remove(channel, waiter, leaving=False)
-                    return True
-                ttl_ms = reply.ttl_ms
-                self._waiting.saw_lease(p.key, ttl_ms)
-            # A lost message costs at most the holder's remaining lease.
-            bound = ttl_ms / 1000 if ttl_ms >= 0 else self.settings.ttl_cap
-            if call.deadline is not None:
-                remaining = call.deadline - loop.time()
-                if remaining <= 0:
-                    room.remove(channel, waiter, leaving=True)
-                    await self._give_up(p, call)
-                    return False
-                bound = min(bound, remaining)
-            try:
-                self.check_open()
-                waiter.parked = call  # from now on a release may hand it the lock
-                try:
-                    await waiter.wait(bound)
-                finally:
-                    waiter.parked = None
-                self.check_open()
-                taken = None if waiter.offer is None else await self._take(call, waiter.offer)
-            except BaseException:
-                self._leave_offer(p, call, waiter.offer)
-                room.remove(channel, waiter, leaving=True)
-                raise
-            if taken is not None:
-                # Handed the lock (True), or the deadline passed while the hand-over was
-                # still being decided (False).
-                if not taken:
                     self._leave_offer(p, call, waiter.offer)
-                room.remove(channel, waiter, leaving=not taken)
-                if not taken:
-                    await self._give_up(p, call)
-                return taken
-            room.remove(channel, waiter, leaving=False)
-            waiter = None
+                    room.remove(channel, waiter, leaving=True)
+                    raise
+                if taken is not None:
+                    # Handed the lock (True), or the deadline passed while the hand-over was
+                    # still being decided (False).
+                    if not taken:
+                        self._leave_offer(p, call, waiter.offer)
+                    room.remove(channel, waiter, leaving=not taken)
+                    if not taken:
+                        await self._give_up(p, call)
+                    return taken
+                room.remove(channel, waiter, leaving=False)
+                waiter = None
+            return None
+        finally:
+            sub.release()
 
     async def _take(self, call: Call, offer: Offer) -> bool | None:
         """A waiter offered a hand-over: wait for its outcome, bounded by the deadline.

@@ -15,10 +15,11 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
+from redis.exceptions import MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._exceptions import ClientClosedError
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 
     from ._waiting import WaitingRoom
 
-__all__ = ("Dispatcher", "Subscription")
+__all__ = ("Dispatcher", "PubSub", "Subscription")
 
 log = logging.getLogger("aiolock")
 
@@ -44,13 +45,15 @@ _MAX_BACKOFF = 1.0
 
 
 class _Channel:
-    __slots__ = ("confirmed", "linger", "name", "refs")
+    __slots__ = ("confirmed", "linger", "moved", "name", "refs")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.refs = 0
         self.linger: asyncio.TimerHandle | None = None
         self.confirmed = asyncio.Event()
+        # Its cluster slot left this server: whoever holds it subscribes anew, elsewhere.
+        self.moved = False
 
 
 class Subscription:
@@ -65,6 +68,31 @@ class Subscription:
     def release(self) -> None:
         """Drop this reference; the last one unsubscribes."""
         self._dispatcher.release(self._channel)
+
+    @property
+    def stale(self) -> bool:
+        """Whether the channel's cluster slot moved: this subscription hears nothing more."""
+        return self._channel.moved
+
+
+class PubSub(Protocol):
+    """What the engine subscribes through: one dispatcher, or one per cluster primary."""
+
+    def join(self, name: str) -> Subscription | None:
+        """A reference to ``name`` if it is subscribed and confirmed already, else None."""
+
+    async def subscribe(self, name: str, limit: float | None) -> Subscription | None:
+        """Subscribe to ``name`` and wait for the server (None: ``limit`` ran out)."""
+
+    def channels(self) -> dict[str, int]:
+        """Map each subscribed channel to its number of local references."""
+
+    @property
+    def reconnects(self) -> int:
+        """How many times a pub/sub connection was made again."""
+
+    async def aclose(self) -> None:
+        """Release whoever waits in subscribe() and close the connections."""
 
 
 class Dispatcher:
@@ -84,8 +112,17 @@ class Dispatcher:
         spawn: Callable[[Any], asyncio.Task[Any]],
         keepalive: float = 10.0,
         linger: float = 0.5,
+        sharded: bool = False,
+        on_moved: Callable[[], None] | None = None,
     ) -> None:
         self._make_connection = make_connection
+        # Sharded pub/sub (a cluster's SSUBSCRIBE, one channel per command: channels of
+        # several slots in one would be refused with CROSSSLOT).
+        self._subscribe = "SSUBSCRIBE" if sharded else "SUBSCRIBE"
+        self._unsubscribe = "SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE"
+        self._sharded = sharded
+        # Told when the server drops a channel because its slot moved elsewhere.
+        self._on_moved = on_moved
         # Where messages and (re)confirmations go: it wakes the waiters they concern.
         self._room = room
         self._linger = linger
@@ -166,12 +203,16 @@ class Dispatcher:
         if wire is None:
             return
         self._sent.setdefault(name, deque()).append(subscribe)
-        wire.write(pack("SUBSCRIBE" if subscribe else "UNSUBSCRIBE", name))
+        wire.write(pack(self._subscribe if subscribe else self._unsubscribe, name))
 
     # The wire's listener: replies and pushes are both messages or confirmations here.
 
     def on_reply(self, reply: Any) -> None:
         self._heard = True
+        if isinstance(reply, MovedError):
+            # SSUBSCRIBE to a server that no longer serves the channel's slot.
+            self._moved(lambda channel: key_slot(channel.name.encode()) == reply.slot_id)
+            return
         if isinstance(reply, ResponseError):
             # An answer, not a broken connection: the server refuses a command.
             self._refused(reply)
@@ -240,6 +281,11 @@ class Dispatcher:
                 sent.popleft()
                 if not sent:
                     del self._sent[name]
+            if kind == "sunsubscribe" and sent is None:
+                # Nobody here asked: the server dropped the channel as its slot moved
+                # (a failover, a migration).
+                self._moved(lambda channel: channel.name == name)
+                return
             if kind.endswith("unsubscribe") or sent:
                 return
             channel = self._channels.get(name)
@@ -344,7 +390,10 @@ class Dispatcher:
         if names:
             for name in names:
                 self._sent.setdefault(name, deque()).append(True)
-            wire.write(pack("SUBSCRIBE", *names))
+            if self._sharded:
+                wire.write(b"".join(pack(self._subscribe, name) for name in names))
+            else:
+                wire.write(pack(self._subscribe, *names))
         self._heard = self._pinged = False
         self._keepalive_timer = asyncio.get_running_loop().call_later(
             self._keepalive_period, self._keepalive
@@ -374,6 +423,33 @@ class Dispatcher:
                 # channel unconfirmed and a new refusal; join() never sees it confirmed.
                 channel.confirmed.set()
                 channel.confirmed.clear()
+
+    def _moved(self, which: Callable[[_Channel], bool]) -> None:
+        """The channels ``which`` picks are served elsewhere now: let go of them.
+
+        Each is forgotten here and marked moved; its waiters wake (they attempt again and,
+        still waiting, subscribe anew where the slot is now), and the owner of this
+        dispatcher hears of it so that it learns the new layout.
+        """
+        moved = [channel for channel in self._channels.values() if which(channel)]
+        for channel in moved:
+            del self._channels[channel.name]
+            self._sent.pop(channel.name, None)
+            channel.moved = True
+            if channel.linger is not None:
+                channel.linger.cancel()
+                channel.linger = None
+            # Wakes whoever waits in subscribe() (it sees the channel unconfirmed, moved).
+            channel.confirmed.set()
+            channel.confirmed.clear()
+            self._room.wake_all(channel.name)
+        if moved and self._on_moved is not None:
+            self._on_moved()
+
+    async def retire(self) -> None:
+        """Close for good once the server serves no slot: every channel moves elsewhere."""
+        self._moved(lambda channel: True)
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Release whoever waits in subscribe() and close the connection.

@@ -12,6 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 
 from ._background import Background
+from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
 from ._config import ClientOptions, Settings, TimeArg
 from ._engine import Engine
 from ._fair_lock import FairLock
@@ -20,7 +21,7 @@ from ._holds import HoldRegistry
 from ._latches import LatchSweeper
 from ._lock import Lock
 from ._ordering import CallOrder
-from ._pubsub import Dispatcher
+from ._pubsub import Dispatcher, PubSub
 from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
 from ._scripts import ScriptRunner
@@ -29,7 +30,10 @@ from ._transport import CommandTransport
 from ._waiting import WaitingRoom
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from types import TracebackType
+
+    from redis.asyncio.connection import AbstractConnection
 
 __all__ = ("Client",)
 
@@ -64,12 +68,10 @@ class Client:
         retry_interval: TimeArg = 0.2,
         fair_lock_wait_timeout: TimeArg = 300.0,
     ) -> None:
-        if isinstance(redis, RedisCluster):
-            raise NotImplementedError(
-                "aiolock does not support Redis Cluster yet; pass a redis.asyncio.Redis"
+        if not isinstance(redis, Redis | RedisCluster):
+            raise TypeError(
+                f"redis must be a redis.asyncio.Redis or RedisCluster, not {type(redis).__name__}"
             )
-        if not isinstance(redis, Redis):
-            raise TypeError(f"redis must be a redis.asyncio.Redis, not {type(redis).__name__}")
         self._options = ClientOptions.build(
             watchdog_timeout=watchdog_timeout,
             key_prefix=key_prefix,
@@ -84,12 +86,22 @@ class Client:
         #: This client's part of every holder id: a UUID4 in Java's text form.
         self.id = str(uuid.uuid4())
         lease_ms = round(options.watchdog_timeout * 1000)
+        on_cluster = isinstance(redis, RedisCluster)
+        # redis-py builds every connection aiolock opens, from the user's settings: the
+        # pool's of a Redis (Sentinel's included), a startup node's of a RedisCluster.
+        if isinstance(redis, RedisCluster):
+            seeds = seeds_of(redis)
+            connector = node_connector(redis)
+            sample = connector(*seeds[0])()
+        else:
+            make_connection = redis.connection_pool.make_connection
+            sample = make_connection()  # type: ignore[no-untyped-call]
         self._settings = Settings(
             lease_ms=lease_ms,
             # Every unlock latch and acquire tombstone outlives the first send of its call
             # by more than every resend can take, so no resend ever counts twice.
             latch_ttl_ms=round(
-                (_call_seconds(redis, options) + options.watchdog_timeout + _LATCH_MARGIN) * 1000
+                (_call_seconds(sample, options) + options.watchdog_timeout + _LATCH_MARGIN) * 1000
             ),
             # A call cut off by a cancel or an outage is resent in the background for at
             # most a watchdog lease.
@@ -98,25 +110,44 @@ class Client:
             fair_wait_ms=round(options.fair_lock_wait_timeout * 1000),
             retry_interval=options.retry_interval,
             key_prefix=options.key_prefix,
+            # Where a cluster's servers have sharded pub/sub, Redisson publishes with
+            # SPUBLISH; aiolock requires it there (see _cluster.py).
+            publish="SPUBLISH" if on_cluster else "PUBLISH",
         )
         # The services, each in the module named for it; the engine is the handles' only
         # way to them.
         self._background = Background()
-        # redis-py builds every connection aiolock opens, from the user's pool settings.
-        make_connection = redis.connection_pool.make_connection
-        self._transport = CommandTransport(make_connection, deadline=_reply_deadline(redis))
-        sentinel = isinstance(redis.connection_pool, SentinelConnectionPool)
+        self._waiting = WaitingRoom()
+        deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
+
+        def dispatcher(
+            make: Callable[[], AbstractConnection], on_moved: Callable[[], None] | None = None
+        ) -> Dispatcher:
+            return Dispatcher(
+                make,
+                self._waiting,
+                subscribe_timeout=options.subscribe_timeout,
+                spawn=self._background.spawn,
+                sharded=on_cluster,
+                on_moved=on_moved,
+            )
+
+        self._transport: CommandTransport | None = None
+        self._topology: OneServer | Cluster
+        self._dispatcher: PubSub
+        if isinstance(redis, RedisCluster):
+            cluster = Cluster(seeds, connector, deadline=deadline, make_dispatcher=dispatcher)
+            self._topology = cluster
+            self._dispatcher = ClusterPubSub(cluster)
+        else:
+            self._transport = CommandTransport(make_connection, deadline=deadline)
+            sentinel = isinstance(redis.connection_pool, SentinelConnectionPool)
+            self._topology = OneServer(self._transport, sentinel=sentinel)
+            self._dispatcher = dispatcher(make_connection)
         self._runner = ScriptRunner(
-            OneServer(self._transport, sentinel=sentinel),
+            self._topology,
             retry_attempts=options.retry_attempts,
             retry_interval=options.retry_interval,
-        )
-        self._waiting = WaitingRoom()
-        self._dispatcher = Dispatcher(
-            make_connection,
-            self._waiting,
-            subscribe_timeout=options.subscribe_timeout,
-            spawn=self._background.spawn,
         )
         self._renewal = RenewalService(
             self._runner,
@@ -154,12 +185,18 @@ class Client:
         retry_attempts: int = 3,
         retry_interval: TimeArg = 0.2,
         fair_lock_wait_timeout: TimeArg = 300.0,
+        cluster: bool = False,
     ) -> Self:
-        """A client that owns a new ``redis.asyncio.Redis`` for ``url`` and closes it."""
+        """A client that owns a new redis client for ``url`` and closes it.
+
+        ``cluster=True``: ``url`` names a node of a Redis Cluster (a ``RedisCluster``).
+        """
         if not isinstance(url, str):
             raise TypeError(f"url must be a str, not {type(url).__name__}")
+        if not isinstance(cluster, bool):
+            raise TypeError(f"cluster must be a bool, not {type(cluster).__name__}")
         # Only its settings are used: aiolock's connections are its own (see __init__).
-        redis = Redis.from_url(url)
+        redis: Redis | RedisCluster = RedisCluster.from_url(url) if cluster else Redis.from_url(url)
         try:
             client = cls(
                 redis,
@@ -230,7 +267,7 @@ class Client:
         await self._order.drained()
         await self._background.drain()
         await self._latches.flush()
-        await self._transport.aclose()
+        await self._topology.aclose()
         for hold in self._holds:
             if hold.count and hold.lost is None:
                 log.warning(
@@ -254,16 +291,7 @@ class Client:
             )
 
 
-def _reply_deadline(redis: Redis) -> float:
-    """How long the command connection waits for a reply before it counts as dead.
-
-    The connection's socket timeout, else ``_UNBOUNDED_SEND``.
-    """
-    conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
-    return float(conn.socket_timeout or _UNBOUNDED_SEND)
-
-
-def _call_seconds(redis: Redis, options: ClientOptions) -> float:
+def _call_seconds(conn: AbstractConnection, options: ClientOptions) -> float:
     """The longest one script call can take from its first send to its last resend.
 
     Each of the client's tries (``retry_attempts`` + 1) is one redis-py command, which
@@ -272,7 +300,6 @@ def _call_seconds(redis: Redis, options: ClientOptions) -> float:
     socket timeout, or a redis-py retry without end, bounds nothing: then a send is assumed
     to take at most ``_UNBOUNDED_SEND`` and redis-py to retry at most 3 times.
     """
-    conn = redis.connection_pool.make_connection()  # type: ignore[no-untyped-call]
     socket = conn.socket_timeout or _UNBOUNDED_SEND
     connect = conn.socket_connect_timeout or socket
     # get_retries() is newer than some redis-py releases the package accepts.

@@ -143,6 +143,7 @@ class Dispatcher:
         self._keepalive_timer: asyncio.TimerHandle | None = None
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
+        self._retired = False
         self.reconnects = 0
         self._backoff = _MIN_BACKOFF
         # The server's last refusal of a reader command (SUBSCRIBE denied by an ACL), until
@@ -305,6 +306,13 @@ class Dispatcher:
         ``subscribe_timeout``, and :class:`ClientClosedError` once the client is closed.
         """
         if self.closed:
+            if self._retired:
+                # Its server dropped out of the cluster's layout just now: a subscription
+                # that is stale at once sends the caller to where the slot is served.
+                gone = _Channel(name)
+                gone.moved = True
+                gone.refs = 1
+                return Subscription(self, gone)
             raise ClientClosedError
         channel, is_new = self._acquire_channel(name)
         refusals = self._refusals
@@ -319,7 +327,7 @@ class Dispatcher:
         except BaseException:
             self.release(channel)
             raise
-        if self._closed_now():
+        if self._closed_now() and not channel.moved:
             self.release(channel)
             raise ClientClosedError
         refusal = self._refusal
@@ -328,7 +336,8 @@ class Dispatcher:
             assert refusal is not None
             self.release(channel)
             raise type(refusal)(f"{refusal} (aiolock: subscribing to {name!r})")
-        if confirmed:
+        if confirmed or channel.moved:
+            # (Moved: a stale subscription, which its caller replaces.)
             return Subscription(self, channel)
         self.release(channel)
         if by_caller:
@@ -448,6 +457,7 @@ class Dispatcher:
 
     async def retire(self) -> None:
         """Close for good once the server serves no slot: every channel moves elsewhere."""
+        self._retired = True
         self._moved(lambda channel: True)
         await self.aclose()
 

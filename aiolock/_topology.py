@@ -82,3 +82,7 @@ class OneServer:
 
     def transports(self) -> list[CommandTransport]:
         return [self._transport]
+
+    async def aclose(self) -> None:
+        """Close the connection."""
+        await self._transport.aclose()

@@ -97,6 +97,7 @@ class CommandTransport:
         self._timer: asyncio.TimerHandle | None = None
         self._heard = 0.0
         self.closed = False
+        self._retired: str | None = None
         #: Connections opened so far (the first one included).
         self.connects = 0
 
@@ -225,7 +226,7 @@ class CommandTransport:
         """Wait for a connection and for room for ``size`` commands; return the wire."""
         while True:
             if self.closed:
-                raise ClientClosedError
+                raise self._closed_error()
             wire = self._wire
             if wire is None:
                 wire = await self._open()
@@ -281,7 +282,7 @@ class CommandTransport:
         if self.closed:
             wire.close()
             await wire.dispose()
-            raise ClientClosedError
+            raise self._closed_error()
         self._wire = wire
         self.connects += 1
         return wire
@@ -301,8 +302,14 @@ class CommandTransport:
         if wire is not None:
             wire.close(exc)
 
-    async def aclose(self) -> None:
-        """Fail whatever is still queued, close the connection and forget it."""
+    async def aclose(self, why: str | None = None) -> None:
+        """Fail whatever is still queued, close the connection and forget it.
+
+        ``why``: the server was dropped from the client's layout (a cluster node no longer
+        a primary): calls then fail with a ``ConnectionError`` saying so, which the script
+        runner resends elsewhere, rather than with ``ClientClosedError``.
+        """
+        self._retired = why
         self.closed = True
         opening = self._opening
         if opening is not None:
@@ -311,10 +318,15 @@ class CommandTransport:
                 await opening
         wire = self._wire
         if wire is not None:
-            wire.close(ClientClosedError())
-        self._fail_all(ClientClosedError())
+            wire.close(self._closed_error())
+        self._fail_all(self._closed_error())
         while self._ended:
             await self._ended.pop().dispose()
+
+    def _closed_error(self) -> Exception:
+        if self._retired is not None:
+            return RedisConnectionError(self._retired)
+        return ClientClosedError()
 
     @property
     def in_flight(self) -> int:

@@ -1,0 +1,350 @@
+"""Redis Cluster: the slot map, and a command and a pub/sub connection per primary.
+
+Every key of one aiolock object hashes to one slot (Redisson's names put the object name in
+a ``{hash tag}``), so each script runs whole on the primary of that slot. The map is read
+with ``CLUSTER SLOTS`` when first needed and again whenever a node redirects a call, fails
+to answer, or drops a subscription:
+
+- **MOVED** updates the slot at once (and re-reads the map soon); **ASK** sends that one
+  call to the importing node behind ``ASKING``; TRYAGAIN and CLUSTERDOWN are resent after
+  the retry interval. Every script is idempotent, so a resend to the new owner is harmless.
+- **Waiting** uses sharded pub/sub: the scripts publish with SPUBLISH, and each primary
+  has one dispatcher (``_pubsub.py``) that SSUBSCRIBEs the channels of its slots, as
+  Redisson does where the servers support it (probed with ``PUBSUB SHARDNUMSUB``). A
+  server that loses a slot pushes ``sunsubscribe`` for its channels: the dispatcher lets
+  them go and wakes their waiters, the map is read again, and each waiter subscribes where
+  the slot is served now.
+- A node that is no longer a primary is retired: its calls fail over to the new owner and
+  its channels move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.crc import key_slot
+from redis.exceptions import (
+    ClusterDownError,
+    MasterDownError,
+    MovedError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from ._resp import pack
+from ._transport import CommandTransport
+
+if TYPE_CHECKING:
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.connection import AbstractConnection
+    from redis.exceptions import AskError
+
+    from ._pubsub import Dispatcher, Subscription
+
+__all__ = (
+    "Cluster",
+    "ClusterPubSub",
+    "ShardedPubSubUnsupportedError",
+    "node_connector",
+    "seeds_of",
+)
+
+log = logging.getLogger("aiolock")
+
+_SLOTS = 16384
+_CLUSTER_SLOTS = pack("CLUSTER", "SLOTS")
+_PROBE = pack("PUBSUB", "SHARDNUMSUB")
+# Slots of keys seen, cached: CRC16 per call would cost more than the map lookup.
+_SLOT_CACHE = 65536
+
+Address = tuple[str, int]
+Connector = Callable[[str, int], Callable[[], "AbstractConnection"]]
+MakeDispatcher = Callable[[Callable[[], "AbstractConnection"], Callable[[], None]], "Dispatcher"]
+
+
+class ShardedPubSubUnsupportedError(ResponseError):
+    """The cluster's servers have no sharded pub/sub (Redis before 7.0)."""
+
+
+def node_connector(redis: RedisCluster) -> Connector:
+    """How to open a connection to any node, with the settings of ``redis``'s nodes.
+
+    The connection class and keyword arguments of a startup node (TLS, password or
+    credential provider, RESP version, client name), for another host and port.
+    """
+    seed = next(iter(redis.nodes_manager.startup_nodes.values()))
+    connection_class = seed.connection_class
+    settings = dict(seed.connection_kwargs)
+    # The cluster client's READONLY hook is for reads from replicas; aiolock talks to
+    # primaries only.
+    settings.pop("redis_connect_func", None)
+
+    def connector(host: str, port: int) -> Callable[[], AbstractConnection]:
+        def make() -> AbstractConnection:
+            return connection_class(**{**settings, "host": host, "port": port})
+
+        return make
+
+    return connector
+
+
+def seeds_of(redis: RedisCluster) -> list[Address]:
+    """The startup nodes ``redis`` was given."""
+    return [(node.host, int(node.port)) for node in redis.nodes_manager.startup_nodes.values()]
+
+
+class _Node:
+    __slots__ = ("address", "dispatcher", "transport")
+
+    def __init__(self, address: Address, transport: CommandTransport) -> None:
+        self.address = address
+        self.transport = transport
+        self.dispatcher: Dispatcher | None = None
+
+
+class Cluster:
+    """The slot map of one cluster and a connection per primary: a ``Topology``."""
+
+    transient: tuple[type[Exception], ...] = (TryAgainError, ClusterDownError, MasterDownError)
+
+    def __init__(
+        self,
+        seeds: list[Address],
+        connector: Connector,
+        *,
+        deadline: float,
+        make_dispatcher: MakeDispatcher,
+    ) -> None:
+        self._seeds = seeds
+        self._connector = connector
+        self._deadline = deadline
+        self._make_dispatcher = make_dispatcher
+        self._slots: list[_Node | None] = [None] * _SLOTS
+        self._nodes: dict[Address, _Node] = {}
+        self._slot_of: dict[str, int] = {}
+        self._refreshing: asyncio.Task[None] | None = None
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._probed = False
+        self.closed = False
+        #: How many times the map was read (tests and the benchmark read it).
+        self.refreshes = 0
+
+    # -- the Topology the script runner routes by ------------------------------------------
+
+    def shard(self, key: str) -> int:
+        slot = self._slot_of.get(key)
+        if slot is None:
+            if len(self._slot_of) >= _SLOT_CACHE:
+                self._slot_of.clear()
+            slot = self._slot_of[key] = key_slot(key.encode())
+        return slot
+
+    def route(self, key: str) -> CommandTransport | None:
+        node = self._slots[self.shard(key)]
+        return None if node is None else node.transport
+
+    async def locate(self, key: str) -> CommandTransport:
+        await self.refresh()
+        node = self._slots[self.shard(key)]
+        if node is None:
+            raise ClusterDownError(
+                f"aiolock: no primary serves slot {self.shard(key)} (of key {key!r})"
+            )
+        return node.transport
+
+    def redirected(self, exc: MovedError | AskError) -> CommandTransport:
+        node = self._node((exc.host, int(exc.port)))
+        if isinstance(exc, MovedError):
+            # The slot lives there for good: every later call goes there at once.
+            self._slots[exc.slot_id] = node
+            self.refresh_soon()
+        return node.transport
+
+    def failed(self, transport: CommandTransport, exc: Exception) -> None:
+        # A node lost, or a cluster reconfiguring: the map may have changed.
+        self.refresh_soon()
+
+    def transports(self) -> list[CommandTransport]:
+        return [node.transport for node in self._nodes.values()]
+
+    # -- pub/sub: one dispatcher per primary -------------------------------------------------
+
+    def dispatcher_for(self, channel: str) -> Dispatcher | None:
+        """The dispatcher of the primary serving ``channel``'s slot (None: not known yet)."""
+        node = self._slots[self.shard(channel)]
+        if node is None:
+            return None
+        if node.dispatcher is None:
+            node.dispatcher = self._make_dispatcher(
+                self._connector(*node.address), self.refresh_soon
+            )
+        return node.dispatcher
+
+    def dispatchers(self) -> list[Dispatcher]:
+        return [node.dispatcher for node in self._nodes.values() if node.dispatcher is not None]
+
+    # -- the map ---------------------------------------------------------------------------
+
+    def _node(self, address: Address) -> _Node:
+        node = self._nodes.get(address)
+        if node is None:
+            transport = CommandTransport(self._connector(*address), deadline=self._deadline)
+            node = self._nodes[address] = _Node(address, transport)
+        return node
+
+    async def refresh(self) -> None:
+        """Read the slot map now (one read at a time; callers share it)."""
+        if self.closed:
+            return
+        task = self._refreshing
+        if task is None:
+            task = self._refreshing = asyncio.get_running_loop().create_task(self._read_map())
+            task.add_done_callback(self._refreshed)
+        # One caller's cancel must not cancel the read every caller shares.
+        await asyncio.shield(task)
+
+    def refresh_soon(self) -> None:
+        """Read the slot map in the background, unless a read is under way."""
+        if self._refreshing is None and not self.closed:
+            task = self._refreshing = asyncio.get_running_loop().create_task(self._read_map())
+            task.add_done_callback(self._refreshed)
+
+    def _refreshed(self, task: asyncio.Task[None]) -> None:
+        self._refreshing = None
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            log.debug("aiolock: reading the cluster's slot map failed: %r", exc)
+
+    async def _read_map(self) -> None:
+        # Ask every primary known (the seeds at first) at once; the first answer wins. A
+        # node that is down or stopped then costs nothing while another answers.
+        addresses = list(self._nodes) or list(self._seeds)
+        for address in self._seeds:
+            if address not in addresses:
+                addresses.append(address)
+        asks = {asyncio.ensure_future(self._ask(address)): address for address in addresses}
+        errors: list[str] = []
+        try:
+            pending = set(asks)
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for ask in done:
+                    exc = ask.exception()
+                    if isinstance(exc, ShardedPubSubUnsupportedError):
+                        raise exc
+                    if exc is not None:
+                        errors.append(f"{_name(asks[ask])}: {exc}")
+                        continue
+                    self._apply(ask.result(), asks[ask])
+                    return
+        finally:
+            for ask in asks:
+                if not ask.done():
+                    ask.cancel()
+                elif not ask.cancelled():
+                    ask.exception()  # retrieved: an answer came first
+        raise RedisConnectionError(
+            "aiolock: no cluster node answered CLUSTER SLOTS (" + "; ".join(errors) + ")"
+        )
+
+    async def _ask(self, address: Address) -> Any:
+        transport = self._node(address).transport
+        reply = await transport.call(_CLUSTER_SLOTS)
+        if not self._probed:
+            # As Redisson: sharded pub/sub where PUBSUB SHARDNUMSUB is known (Redis 7+).
+            try:
+                await transport.call(_PROBE)
+            except ResponseError as exc:
+                raise ShardedPubSubUnsupportedError(
+                    "aiolock needs sharded pub/sub (Redis 7.0+, Valkey 7.2+) on a cluster: "
+                    f"the server answered PUBSUB SHARDNUMSUB with {exc}"
+                ) from exc
+            self._probed = True
+        return reply
+
+    def _apply(self, reply: Any, asked: Address) -> None:
+        """Take the slot map ``reply`` (CLUSTER SLOTS from ``asked``) as the truth."""
+        self.refreshes += 1
+        slots: list[_Node | None] = [None] * _SLOTS
+        primaries: set[Address] = set()
+        for entry in reply:
+            start, end, primary = int(entry[0]), int(entry[1]), entry[2]
+            host = _text(primary[0]) or asked[0]
+            address = (host, int(primary[1]))
+            primaries.add(address)
+            node = self._node(address)
+            slots[start : end + 1] = [node] * (end - start + 1)
+        self._slots = slots
+        for address in [address for address in self._nodes if address not in primaries]:
+            self._retire(self._nodes.pop(address))
+
+    def _retire(self, node: _Node) -> None:
+        """``node`` serves no slot now: its calls and its channels go elsewhere."""
+        why = f"aiolock: {_name(node.address)} no longer serves a slot of the cluster"
+        task = asyncio.get_running_loop().create_task(_retire(node, why))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def aclose(self) -> None:
+        """Close every connection (the client closes the dispatchers first)."""
+        self.closed = True
+        task = self._refreshing
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if self._retiring:
+            await asyncio.gather(*self._retiring, return_exceptions=True)
+        nodes, self._nodes = list(self._nodes.values()), {}
+        for node in nodes:
+            await node.transport.aclose()
+
+
+class ClusterPubSub:
+    """The engine's ``PubSub`` on a cluster: each channel on its slot's primary."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self._cluster = cluster
+
+    def join(self, name: str) -> Subscription | None:
+        dispatcher = self._cluster.dispatcher_for(name)
+        return None if dispatcher is None else dispatcher.join(name)
+
+    async def subscribe(self, name: str, limit: float | None) -> Subscription | None:
+        dispatcher = self._cluster.dispatcher_for(name)
+        if dispatcher is None:
+            await self._cluster.refresh()
+            dispatcher = self._cluster.dispatcher_for(name)
+            if dispatcher is None:
+                raise ClusterDownError(f"aiolock: no primary serves the slot of {name!r}")
+        return await dispatcher.subscribe(name, limit)
+
+    def channels(self) -> dict[str, int]:
+        channels: dict[str, int] = {}
+        for dispatcher in self._cluster.dispatchers():
+            channels.update(dispatcher.channels())
+        return channels
+
+    @property
+    def reconnects(self) -> int:
+        return sum(dispatcher.reconnects for dispatcher in self._cluster.dispatchers())
+
+    async def aclose(self) -> None:
+        dispatchers = self._cluster.dispatchers()
+        await asyncio.gather(*(dispatcher.aclose() for dispatcher in dispatchers))
+
+
+async def _retire(node: _Node, why: str) -> None:
+    if node.dispatcher is not None:
+        await node.dispatcher.retire()
+    await node.transport.aclose(why)
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _name(address: Address) -> str:
+    return f"{address[0]}:{address[1]}"

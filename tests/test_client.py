@@ -110,13 +110,16 @@ async def test_client_id_is_a_uuid4(client: aiolock.Client) -> None:
     assert str(parsed) == client.id
 
 
-async def test_cluster_client_is_refused_clearly() -> None:
-    """Redis Cluster is not supported yet: a RedisCluster is refused at construction."""
+async def test_cluster_without_a_node_fails_clearly() -> None:
+    """A RedisCluster costs no I/O until the first call, which names the nodes it tried."""
     from redis.asyncio.cluster import RedisCluster  # noqa: PLC0415
+    from redis.exceptions import ConnectionError as RedisConnectionError  # noqa: PLC0415
 
-    cluster = RedisCluster(host="127.0.0.1", port=1)  # never connected
+    cluster = RedisCluster(host="127.0.0.1", port=1)  # nothing listens there
+    client = aiolock.Client(cluster, retry_attempts=0)
     try:
-        with pytest.raises(NotImplementedError, match="Cluster"):
-            aiolock.Client(cluster)
+        with pytest.raises(RedisConnectionError, match=r"CLUSTER SLOTS \(127\.0\.0\.1:1: "):
+            await client.lock("x").try_lock(wait=0)
     finally:
+        await client.aclose()
         await cluster.aclose()

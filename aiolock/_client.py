@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Self
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._background import Background
 from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
@@ -25,6 +26,7 @@ from ._pubsub import Dispatcher, PubSub
 from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
 from ._scripts import ScriptRunner
+from ._sentinel import SentinelWatch
 from ._topology import OneServer
 from ._transport import CommandTransport
 from ._waiting import WaitingRoom
@@ -133,6 +135,7 @@ class Client:
             )
 
         self._transport: CommandTransport | None = None
+        self._sentinel: SentinelWatch | None = None
         self._topology: OneServer | Cluster
         self._dispatcher: PubSub
         if isinstance(redis, RedisCluster):
@@ -140,9 +143,15 @@ class Client:
             self._topology = cluster
             self._dispatcher = ClusterPubSub(cluster)
         else:
-            self._transport = CommandTransport(make_connection, deadline=deadline)
-            sentinel = isinstance(redis.connection_pool, SentinelConnectionPool)
-            self._topology = OneServer(self._transport, sentinel=sentinel)
+            pool = redis.connection_pool
+            if isinstance(pool, SentinelConnectionPool):
+                self._sentinel = SentinelWatch(pool, self._switched, self._background.spawn)
+            self._transport = CommandTransport(
+                make_connection,
+                deadline=deadline,
+                on_open=None if self._sentinel is None else self._sentinel.start,
+            )
+            self._topology = OneServer(self._transport, sentinel=self._sentinel is not None)
             self._dispatcher = dispatcher(make_connection)
         self._runner = ScriptRunner(
             self._topology,
@@ -214,6 +223,14 @@ class Client:
         client._owns_redis = True
         return client
 
+    def _switched(self, primary: str) -> None:
+        """The sentinels switched the primary: reconnect there, pub/sub included."""
+        exc = RedisConnectionError(f"aiolock: the sentinels switched the primary to {primary}")
+        assert self._transport is not None
+        self._transport.reset(exc)
+        assert isinstance(self._dispatcher, Dispatcher)
+        self._dispatcher.reset(exc)
+
     # -- handles --------------------------------------------------------------------------
 
     def lock(self, name: str, *, owner: str | None = None) -> Lock:
@@ -258,6 +275,8 @@ class Client:
             return
         engine.close()
         await self._renewal.aclose()
+        if self._sentinel is not None:
+            await self._sentinel.aclose()
         self._waiting.close()
         # Every waiter wakes and raises ClientClosedError; a call whose script is in
         # flight undoes a hold it gets (see Engine._attempt). Both end before the

@@ -433,6 +433,15 @@ class Dispatcher:
                 channel.confirmed.set()
                 channel.confirmed.clear()
 
+    def reset(self, exc: Exception) -> None:
+        """Drop the connection: its server is no longer the primary.
+
+        The reader connects again, subscribes every channel and wakes every waiter.
+        """
+        wire = self._wire
+        if wire is not None:
+            wire.close(exc)
+
     def _moved(self, which: Callable[[_Channel], bool]) -> None:
         """The channels ``which`` picks are served elsewhere now: let go of them.
 

@@ -77,8 +77,11 @@ class CommandTransport:
         *,
         deadline: float,
         limit: int = 4096,
+        on_open: Callable[[], None] | None = None,
     ) -> None:
         self._make_connection = make_connection
+        # Told of every connection opened (the Sentinel watch starts with the first).
+        self._on_open = on_open
         self._deadline = deadline
         self._limit = limit
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -285,6 +288,8 @@ class CommandTransport:
             raise self._closed_error()
         self._wire = wire
         self.connects += 1
+        if self._on_open is not None:
+            self._on_open()
         return wire
 
     def _opened(self, task: asyncio.Task[Wire]) -> None:

@@ -59,6 +59,10 @@ class Client:
     Close with ``await client.aclose()`` or ``async with client:``.
     """
 
+    # On one server (Sentinel's included) only: its one command and pub/sub connections.
+    _transport: CommandTransport
+    _dispatcher: Dispatcher
+
     def __init__(
         self,
         redis: Redis | RedisCluster,
@@ -123,7 +127,7 @@ class Client:
         deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
 
         def dispatcher(
-            make: Callable[[], AbstractConnection], on_moved: Callable[[], None] | None = None
+            make: Callable[[], AbstractConnection], on_change: Callable[[], None] | None = None
         ) -> Dispatcher:
             return Dispatcher(
                 make,
@@ -131,17 +135,16 @@ class Client:
                 subscribe_timeout=options.subscribe_timeout,
                 spawn=self._background.spawn,
                 sharded=on_cluster,
-                on_moved=on_moved,
+                on_change=on_change,
             )
 
-        self._transport: CommandTransport | None = None
         self._sentinel: SentinelWatch | None = None
         self._topology: OneServer | Cluster
-        self._dispatcher: PubSub
+        self._pubsub: PubSub
         if isinstance(redis, RedisCluster):
             cluster = Cluster(seeds, connector, deadline=deadline, make_dispatcher=dispatcher)
             self._topology = cluster
-            self._dispatcher = ClusterPubSub(cluster)
+            self._pubsub = ClusterPubSub(cluster)
         else:
             pool = redis.connection_pool
             if isinstance(pool, SentinelConnectionPool):
@@ -152,7 +155,7 @@ class Client:
                 on_open=None if self._sentinel is None else self._sentinel.start,
             )
             self._topology = OneServer(self._transport, sentinel=self._sentinel is not None)
-            self._dispatcher = dispatcher(make_connection)
+            self._dispatcher = self._pubsub = dispatcher(make_connection)
         self._runner = ScriptRunner(
             self._topology,
             retry_attempts=options.retry_attempts,
@@ -178,7 +181,7 @@ class Client:
             renewal=self._renewal,
             order=self._order,
             waiting=self._waiting,
-            dispatcher=self._dispatcher,
+            dispatcher=self._pubsub,
             background=self._background,
             latches=self._latches,
         )
@@ -226,9 +229,7 @@ class Client:
     def _switched(self, primary: str) -> None:
         """The sentinels switched the primary: reconnect there, pub/sub included."""
         exc = RedisConnectionError(f"aiolock: the sentinels switched the primary to {primary}")
-        assert self._transport is not None
         self._transport.reset(exc)
-        assert isinstance(self._dispatcher, Dispatcher)
         self._dispatcher.reset(exc)
 
     # -- handles --------------------------------------------------------------------------
@@ -281,7 +282,7 @@ class Client:
         # Every waiter wakes and raises ClientClosedError; a call whose script is in
         # flight undoes a hold it gets (see Engine._attempt). Both end before the
         # connections close, and so do releases and rollbacks already under way.
-        await self._dispatcher.aclose()
+        await self._pubsub.aclose()
         await self._background.calls_ended()
         await self._order.drained()
         await self._background.drain()

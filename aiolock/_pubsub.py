@@ -113,7 +113,7 @@ class Dispatcher:
         keepalive: float = 10.0,
         linger: float = 0.5,
         sharded: bool = False,
-        on_moved: Callable[[], None] | None = None,
+        on_change: Callable[[], None] | None = None,
     ) -> None:
         self._make_connection = make_connection
         # Sharded pub/sub (a cluster's SSUBSCRIBE, one channel per command: channels of
@@ -121,8 +121,9 @@ class Dispatcher:
         self._subscribe = "SSUBSCRIBE" if sharded else "SUBSCRIBE"
         self._unsubscribe = "SUNSUBSCRIBE" if sharded else "UNSUBSCRIBE"
         self._sharded = sharded
-        # Told when the server drops a channel because its slot moved elsewhere.
-        self._on_moved = on_moved
+        # Told when the server drops a channel (its slot moved elsewhere) or the connection
+        # is lost: on a cluster the layout may have changed (a failover, a node gone).
+        self._on_change = on_change or _nothing
         # Where messages and (re)confirmations go: it wakes the waiters they concern.
         self._room = room
         self._linger = linger
@@ -380,6 +381,7 @@ class Dispatcher:
                         wire.close()  # its on_lost clears what was subscribed
                     await wire.dispose()
             if not self.closed:
+                self._on_change()
                 await asyncio.sleep(self._backoff)
                 self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
 
@@ -461,8 +463,8 @@ class Dispatcher:
             channel.confirmed.set()
             channel.confirmed.clear()
             self._room.wake_all(channel.name)
-        if moved and self._on_moved is not None:
-            self._on_moved()
+        if moved:
+            self._on_change()
 
     async def retire(self) -> None:
         """Close for good once the server serves no slot: every channel moves elsewhere."""
@@ -502,6 +504,10 @@ class Dispatcher:
     def channels(self) -> dict[str, int]:
         """Map each subscribed channel to its number of local references."""
         return {name: channel.refs for name, channel in self._channels.items()}
+
+
+def _nothing() -> None:
+    pass
 
 
 def _text(value: Any) -> str:

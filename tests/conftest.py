@@ -17,6 +17,8 @@ from redis.asyncio.connection import AbstractConnection
 import aiolock
 from aiolock.testing import ServerHandle, redis_server
 
+from .topologies import ClusterHandle, redis_cluster
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
@@ -115,6 +117,22 @@ def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
 @pytest.fixture(scope="session")
 def redis_url(server: ServerHandle) -> str:
     return server.url
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
+    """A local 3+3 Redis Cluster for the run, of the same server kind as ``server``.
+
+    Tests that fail over, migrate or kill nodes leave it with every slot served (each
+    waits for that); which node is a primary changes.
+    """
+    with redis_cluster() as handle:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        capture = request.config.pluginmanager.get_plugin("capturemanager")
+        if reporter is not None:
+            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+                reporter.write_line(f"aiolock tests: cluster at {handle.url}")
+        yield handle
 
 
 @pytest.fixture

@@ -48,6 +48,7 @@ async def test_from_url_owns_and_closes_its_redis(redis_url: str, raw: Redis) ->
     async with aiolock.Client.from_url(redis_url) as client:
         assert await client.lock("x-unused").is_locked() in {True, False}
     assert client.closed
+    assert isinstance(client._redis, Redis)
     assert client._redis.connection_pool._in_use_connections == set()
 
 

@@ -1,0 +1,208 @@
+"""Redis Cluster: routing by slot, sharded pub/sub per primary, renewal per slot, and the
+layout changing under held locks and parked waiters (failover, migration, a node killed).
+
+Every test runs on a real local 3+3 cluster (``aiolock.testing.redis_cluster``); the
+conformance suite runs there too (``test_cluster_conformance.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+from redis.crc import key_slot
+
+import aiolock
+
+from .clusters import assert_nothing_left, names_on_every_primary, node_redis
+from .helpers import wait_until
+from .topologies import ClusterHandle, redis_cluster
+
+ClientFactory = Any
+
+# Safety net only: every wait ends on an event or on Redis state.
+LIMIT = 20.0
+
+
+@pytest.fixture
+async def make_client(cluster: ClusterHandle, uid: str) -> AsyncIterator[ClientFactory]:
+    clients: list[aiolock.Client] = []
+
+    def make(**options: Any) -> aiolock.Client:
+        client = aiolock.Client.from_url(cluster.url, cluster=True, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+    await assert_nothing_left(cluster, uid)
+
+
+@pytest.fixture
+async def raw(cluster: ClusterHandle) -> AsyncIterator[RedisCluster]:
+    redis = RedisCluster.from_url(cluster.url, decode_responses=True)
+    yield redis
+    await redis.aclose()
+
+
+async def pubsub_clients(port: int) -> int:
+    """How many pub/sub connections with shard channels the node at ``port`` has."""
+    async with node_redis(port) as redis:
+        clients = await redis.client_list(_type="pubsub")
+    return sum(1 for entry in clients if int(entry.get("ssub", 0)))
+
+
+async def test_every_lock_type_on_every_primary(
+    cluster: ClusterHandle, make_client: ClientFactory, uid: str
+) -> None:
+    """Each lock type takes, reports and releases a lock on each primary."""
+    client = make_client()
+    for name in names_on_every_primary(cluster, uid):
+        rw = client.read_write_lock(name + ":rw")
+        for handle in (client.lock(name), client.fair_lock(name + ":fair"), rw.write_lock()):
+            async with handle:
+                assert await handle.is_locked()
+                assert await handle.hold_count() == 1
+            assert not await handle.is_locked()
+        async with rw.read_lock(), rw.read_lock():
+            assert await rw.read_lock().hold_count() == 2
+
+
+async def test_waiters_on_every_primary_are_woken_by_sharded_pubsub(
+    cluster: ClusterHandle, make_client: ClientFactory, uid: str
+) -> None:
+    """Waiters parked on every primary: one pub/sub connection per primary, all woken."""
+    names = names_on_every_primary(cluster, uid)
+    holder, waiting = make_client(), make_client()
+    for name in names:
+        await holder.lock(name, owner="h").lock()
+
+    async def wait_for(name: str) -> str:
+        async with waiting.lock(name).acquired(wait=LIMIT):
+            return name
+
+    tasks = [asyncio.create_task(wait_for(name)) for name in names]
+    for name in names:
+        await wait_until(lambda n=name: waiting.lock(n).statistics().tasks_waiting == 1)  # type: ignore[misc]
+    for node in cluster.primaries():
+        assert await pubsub_clients(node.port) == 1, f"pub/sub connections on {node.port}"
+    for name in names:
+        await holder.lock(name, owner="h").unlock()
+    async with asyncio.timeout(LIMIT):
+        assert sorted(await asyncio.gather(*tasks)) == sorted(names)
+
+
+async def test_renewal_is_one_call_per_slot(
+    make_client: ClientFactory, raw: RedisCluster, uid: str
+) -> None:
+    """Hundreds of locks over every shard stay held; a round sends one call per slot."""
+    client = make_client(watchdog_timeout=1.5)
+    names = [f"test:{uid}:{index}" for index in range(300)]
+    for name in names:
+        await client.lock(name, owner="o").lock()
+    rounds = client._renewal.rounds
+    await wait_until(lambda: client._renewal.rounds >= rounds + 3, limit=LIMIT, what="renewals")
+    assert client._renewal.last_round_calls == len({key_slot(name.encode()) for name in names})
+    for name in names:
+        assert await raw.pttl(name) > 0
+        await client.lock(name, owner="o").unlock()
+
+
+async def test_failover_keeps_holds_and_wakes_parked_waiters(
+    cluster: ClusterHandle, make_client: ClientFactory, raw: RedisCluster, uid: str
+) -> None:
+    """CLUSTER FAILOVER under a held lock and parked waiters: renewal goes on on the new
+    primary, the unlock frees it there, and every waiter gets it in turn."""
+    holder, waiting = make_client(watchdog_timeout=1.5), make_client()
+    name = f"test:{uid}"
+    lock = holder.lock(name, owner="h")
+    await lock.lock()
+    served: list[int] = []
+
+    async def wait_for(index: int) -> None:
+        async with waiting.lock(name).acquired(wait=LIMIT):
+            served.append(index)
+
+    tasks = [asyncio.create_task(wait_for(index)) for index in range(3)]
+    await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 3)
+    old = cluster.node_for_key(name)
+    new = await asyncio.to_thread(cluster.failover, old)
+    assert cluster.node_for_key(name).port == new.port != old.port
+    rounds = holder._renewal.rounds
+    await wait_until(lambda: holder._renewal.rounds >= rounds + 2, limit=LIMIT, what="renewals")
+    assert await raw.hget(name, f"{holder.id}:owner:h") == "1"
+    assert await raw.pttl(name) > 0
+    await lock.unlock()
+    async with asyncio.timeout(LIMIT):
+        await asyncio.gather(*tasks)
+    assert sorted(served) == [0, 1, 2]
+
+
+async def test_migration_of_a_held_locks_slot(
+    cluster: ClusterHandle, make_client: ClientFactory, raw: RedisCluster, uid: str
+) -> None:
+    """The slot of a held lock moves to another primary: renewal, waking and the unlock
+    follow it."""
+    holder, waiting = make_client(watchdog_timeout=1.5), make_client()
+    name = f"test:{uid}"
+    lock = holder.lock(name, owner="h")
+    await lock.lock()
+    waiter = asyncio.create_task(_hold_once(waiting.lock(name)))
+    await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 1)
+    source = cluster.node_for_key(name)
+    target = next(node for node in cluster.primaries() if node.port != source.port)
+    await asyncio.to_thread(cluster.migrate_slot, key_slot(name.encode()), target)
+    assert cluster.node_for_key(name).port == target.port
+    rounds = holder._renewal.rounds
+    await wait_until(lambda: holder._renewal.rounds >= rounds + 2, limit=LIMIT, what="renewals")
+    assert await raw.hget(name, f"{holder.id}:owner:h") == "1"
+    await lock.unlock()
+    async with asyncio.timeout(LIMIT):
+        await waiter
+
+
+async def _hold_once(handle: aiolock.Lock) -> None:
+    async with handle.acquired(wait=LIMIT):
+        pass
+
+
+async def test_a_killed_primary_loses_nothing_silently(uid: str) -> None:
+    """A primary killed under a held lock and a parked waiter (a cluster of its own): the
+    replica takes over; the holder's unlock either frees the lock or reports it lost, and
+    the waiter is served. Nobody hangs.
+
+    Calls to the dead primary's slots fail until its replica is elected (2 s of
+    cluster-node-timeout, then the vote): clients whose retries span that (here 8 s) ride
+    it out."""
+    with redis_cluster() as own:
+        holder = aiolock.Client.from_url(
+            own.url, cluster=True, watchdog_timeout=1.5, retry_attempts=40, retry_interval=0.2
+        )
+        waiting = aiolock.Client.from_url(
+            own.url, cluster=True, retry_attempts=40, retry_interval=0.2
+        )
+        try:
+            name = f"test:{uid}"
+            lock = holder.lock(name, owner="h")
+            await lock.lock()
+            waiter = asyncio.create_task(_hold_once(waiting.lock(name)))
+            await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 1)
+            victim = own.node_for_key(name)
+            victim.kill()
+            # Until its replica is elected (cluster-node-timeout 2 s, then the vote).
+            await asyncio.to_thread(
+                own.wait_stable, lambda: own.node_for_key(name).port != victim.port
+            )
+            with contextlib.suppress(aiolock.LockLostError):
+                async with asyncio.timeout(LIMIT):
+                    await lock.unlock()
+            async with asyncio.timeout(LIMIT * 2):
+                await waiter
+        finally:
+            await holder.aclose()
+            await waiting.aclose()

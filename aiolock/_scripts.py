@@ -271,7 +271,7 @@ class ScriptRunner:
                     if redirects > _MAX_REDIRECTS:
                         raise exc
                     transport = topology.redirected(exc)
-                    asking = isinstance(exc, AskError)
+                    asking = not isinstance(exc, MovedError)  # (MovedError is an AskError)
                     log.debug("%s redirected: %r", what, exc)
                 elif isinstance(exc, self._transient):
                     if transport is not None:

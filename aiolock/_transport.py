@@ -276,7 +276,15 @@ class CommandTransport:
             task = self._opening = self._loop.create_task(self._connect())
             task.add_done_callback(self._opened)
         # A caller's cancel must not cancel the connect every caller shares.
-        return await asyncio.shield(task)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if task.cancelled() and current is not None and not current.cancelling():
+                # The connect was stopped by aclose(), not this caller: that is no cancel
+                # of its own to raise.
+                raise self._closed_error() from None
+            raise
 
     async def _connect(self) -> Wire:
         while self._ended:

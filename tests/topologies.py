@@ -271,6 +271,21 @@ class SentinelHandle:
         _, port = self.sentinels[0].call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)
         return next(node for node in self.nodes if node.port == int(port))
 
+    def wait_settled(self) -> None:
+        """Until every sentinel names one primary and every replica is connected to it."""
+
+        def settled() -> bool:
+            ports = {
+                int(s.call("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.master_name)[1])
+                for s in self.sentinels
+            }
+            if len(ports) != 1:
+                return False
+            replicas = [node for node in self.nodes if node.port not in ports]
+            return all(node.call("ROLE")[3] == "connected" for node in replicas)
+
+        _wait(settled, "a settled group", 60.0)
+
     def failover(self) -> Node:
         """SENTINEL FAILOVER; return the new primary once every sentinel reports it."""
         old = self.primary()

@@ -1,0 +1,157 @@
+"""Failover figures and the cluster scale-out ratio on local topologies (not a test).
+
+    python -m tests.failover_figures failover|kill|sentinel|scale
+
+One client holds 8 locks (one name's slot), another parks 4 waiters on each; after the
+fault the holder unlocks all 8; printed: seconds from the fault to the last waiter served,
+and how many unlocks raised LockLostError, per run. ``scale``: lock/unlock pairs/s of 64
+tasks over 1,000 names on a 1-primary and a 3-primary cluster, 5 interleaved rounds.
+"""
+
+# A measuring script, not library code: each closure runs within its loop iteration, and the
+# waits poll counters that have no event to await.
+# ruff: noqa: B023, ASYNC110, E501
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+
+from redis.asyncio.sentinel import Sentinel
+
+import aiolock
+
+from .topologies import redis_cluster, redis_sentinel
+
+# Resends that span an election (2 s node timeout, then the vote).
+RIDE_OUT = {"retry_attempts": 60, "retry_interval": 0.1}
+
+
+async def scenario(
+    holder: aiolock.Client, waiting: aiolock.Client, fault: Callable[[], Awaitable[None]]
+) -> tuple[float, int]:
+    names = [f"fig:{index}" for index in range(8)]
+    locks = [holder.lock(name, owner="h") for name in names]
+    for lock in locks:
+        await lock.lock()
+    served: list[float] = []
+
+    async def wait_for(name: str) -> None:
+        async with waiting.lock(name).acquired(wait=60):
+            served.append(time.perf_counter())
+
+    tasks = [asyncio.create_task(wait_for(name)) for name in names for _ in range(4)]
+    while sum(waiting.lock(name).statistics().tasks_waiting for name in names) < len(tasks):
+        await asyncio.sleep(0.01)
+    start = time.perf_counter()
+    await fault()
+    lost = 0
+
+    async def unlock(lock: aiolock.Lock) -> None:
+        nonlocal lost
+        try:
+            await lock.unlock()
+        except aiolock.LockLostError:
+            lost += 1
+
+    await asyncio.gather(*(unlock(lock) for lock in locks))
+    await asyncio.gather(*tasks)
+    return round(max(served) - start, 3), lost
+
+
+async def cluster_runs(*, kill: bool) -> list[tuple[float, int]]:
+    results = []
+    for _ in range(3):
+        with redis_cluster() as cluster:
+            holder = aiolock.Client.from_url(cluster.url, cluster=True, **RIDE_OUT)  # type: ignore[arg-type]
+            waiting = aiolock.Client.from_url(cluster.url, cluster=True, **RIDE_OUT)  # type: ignore[arg-type]
+            victim = cluster.node_for_key("fig:0")
+
+            async def fault() -> None:
+                if kill:
+                    victim.kill()
+                else:
+                    await asyncio.to_thread(cluster.failover, victim)
+
+            results.append(await scenario(holder, waiting, fault))
+            await holder.aclose()
+            await waiting.aclose()
+    return results
+
+
+async def sentinel_runs() -> list[tuple[float, int]]:
+    results = []
+    with redis_sentinel() as group:
+        for _ in range(3):
+            await asyncio.to_thread(group.wait_settled)
+            sentinel = Sentinel(group.sentinel_addresses)  # type: ignore[no-untyped-call]
+            redis = [sentinel.master_for(group.master_name) for _ in range(2)]
+            holder, waiting = (aiolock.Client(r, **RIDE_OUT) for r in redis)  # type: ignore[arg-type]
+
+            async def fault() -> None:
+                # The fault ends once both clients heard the switch (printed).
+                assert holder._sentinel is not None
+                assert waiting._sentinel is not None
+                before = holder._sentinel.switches, waiting._sentinel.switches
+                start = time.perf_counter()
+                await asyncio.to_thread(group.failover)
+                while (holder._sentinel.switches, waiting._sentinel.switches) <= before:
+                    await asyncio.sleep(0.005)
+                print("both clients switched after", round(time.perf_counter() - start, 3), "s")
+
+            results.append(await scenario(holder, waiting, fault))
+            await holder.aclose()
+            await waiting.aclose()
+            for client in [*redis, *sentinel.sentinels]:
+                await client.aclose()
+    return results
+
+
+async def pairs_per_second(url: str, seconds: float = 2.0, tasks: int = 64) -> float:
+    async with aiolock.Client.from_url(url, cluster=True) as client:
+        pairs = 0
+        stop = time.perf_counter() + seconds
+
+        async def work(index: int) -> None:
+            nonlocal pairs
+            while time.perf_counter() < stop:
+                lock = client.lock(f"scale:{index % 1000}")
+                await lock.lock()
+                await lock.unlock()
+                pairs += 1
+                index += tasks
+
+        await asyncio.gather(*(work(index) for index in range(tasks)))
+        return pairs / seconds
+
+
+async def scale() -> None:
+    with redis_cluster(primaries=1, replicas=0) as one, redis_cluster(replicas=0) as three:
+        rates: dict[int, list[float]] = {1: [], 3: []}
+        for _ in range(5):
+            rates[1].append(await pairs_per_second(one.url))
+            rates[3].append(await pairs_per_second(three.url))
+    for count, values in rates.items():
+        print(
+            f"{count} primaries: pairs/s {[round(v) for v in values]}, median {statistics.median(values):.0f}"
+        )
+    print(f"ratio 3/1: {statistics.median(rates[3]) / statistics.median(rates[1]):.2f}")
+
+
+async def main(which: str) -> None:
+    if which == "scale":
+        await scale()
+        return
+    runs = {
+        "failover": lambda: cluster_runs(kill=False),
+        "kill": lambda: cluster_runs(kill=True),
+        "sentinel": sentinel_runs,
+    }[which]
+    print(which, "(seconds to serve all, unlocks lost):", await runs())
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1]))

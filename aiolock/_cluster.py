@@ -60,6 +60,8 @@ _CLUSTER_SLOTS = pack("CLUSTER", "SLOTS")
 _PROBE = pack("PUBSUB", "SHARDNUMSUB")
 # Slots of keys seen, cached: CRC16 per call would cost more than the map lookup.
 _SLOT_CACHE = 65536
+# How long a map read waits for an answer that agrees with a MOVED once an older one came.
+_AGREEING_ANSWER_GRACE = 1.0
 
 Address = tuple[str, int]
 Connector = Callable[[str, int], Callable[[], "AbstractConnection"]]
@@ -129,6 +131,8 @@ class Cluster:
         self._refreshing: asyncio.Task[None] | None = None
         self._retiring: set[asyncio.Task[None]] = set()
         self._probed = False
+        # The latest MOVED not yet checked against a map read: (slot, its new owner).
+        self._moved: tuple[int, Address] | None = None
         self.closed = False
         #: How many times the map was read (tests and the benchmark read it).
         self.refreshes = 0
@@ -161,6 +165,7 @@ class Cluster:
         if isinstance(exc, MovedError):
             # The slot lives there for good: every later call goes there at once.
             self._slots[exc.slot_id] = node
+            self._moved = (exc.slot_id, node.address)
             self.refresh_soon()
         return node.transport
 
@@ -221,34 +226,20 @@ class Cluster:
     async def _read_map(self) -> None:
         # Ask every primary known (the seeds at first) at once; the first answer wins. A
         # node that is down or stopped then costs nothing while another answers.
+        moved, self._moved = self._moved, None
         addresses = list(self._nodes) or list(self._seeds)
-        for address in self._seeds:
+        for address in [*self._seeds, *([moved[1]] if moved else [])]:
             if address not in addresses:
                 addresses.append(address)
         asks = {asyncio.ensure_future(self._ask(address)): address for address in addresses}
-        errors: list[str] = []
         try:
-            pending = set(asks)
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for ask in done:
-                    exc = ask.exception()
-                    if isinstance(exc, ShardedPubSubUnsupportedError):
-                        raise exc
-                    if exc is not None:
-                        errors.append(f"{_name(asks[ask])}: {exc}")
-                        continue
-                    self._apply(ask.result(), asks[ask])
-                    return
+            self._apply(*await _agreed(asks, moved))
         finally:
             for ask in asks:
                 if not ask.done():
                     ask.cancel()
                 elif not ask.cancelled():
                     ask.exception()  # retrieved: an answer came first
-        raise RedisConnectionError(
-            "aiolock: no cluster node answered CLUSTER SLOTS (" + "; ".join(errors) + ")"
-        )
 
     async def _ask(self, address: Address) -> Any:
         transport = self._node(address).transport
@@ -340,6 +331,53 @@ async def _retire(node: _Node, why: str) -> None:
     if node.dispatcher is not None:
         await node.dispatcher.retire()
     await node.transport.aclose(why)
+
+
+async def _agreed(
+    asks: dict[asyncio.Task[Any], Address], moved: tuple[int, Address] | None
+) -> tuple[Any, Address]:
+    """The first CLUSTER SLOTS answer of ``asks`` that agrees with ``moved``, and who gave it.
+
+    In a failover the nodes learn the new owner of a slot one after another, so the first
+    answer may be older than the MOVED that asked for this read. Taken, it would send calls
+    back to the old owner and drop the connection to the new one: it is the answer only if
+    none agreeing with the MOVED comes soon after.
+    """
+    errors: list[str] = []
+    older: tuple[Any, Address] | None = None
+    pending = set(asks)
+    while pending:
+        done, pending = await asyncio.wait(
+            pending,
+            timeout=None if older is None else _AGREEING_ANSWER_GRACE,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not done:
+            break
+        for ask in done:
+            exc = ask.exception()
+            if isinstance(exc, ShardedPubSubUnsupportedError):
+                raise exc
+            if exc is not None:
+                errors.append(f"{_name(asks[ask])}: {exc}")
+            elif moved is None or _serves(ask.result(), *moved, asks[ask]):
+                return ask.result(), asks[ask]
+            elif older is None:
+                older = (ask.result(), asks[ask])
+    if older is not None:
+        return older
+    raise RedisConnectionError(
+        "aiolock: no cluster node answered CLUSTER SLOTS (" + "; ".join(errors) + ")"
+    )
+
+
+def _serves(reply: Any, slot: int, address: Address, asked: Address) -> bool:
+    """Whether the CLUSTER SLOTS ``reply`` (from ``asked``) gives ``slot`` to ``address``."""
+    for entry in reply:
+        if int(entry[0]) <= slot <= int(entry[1]):
+            primary = entry[2]
+            return (_text(primary[0]) or asked[0], int(primary[1])) == address
+    return False
 
 
 def _text(value: Any) -> str:

@@ -29,6 +29,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._lua import read_script
 from ._resp import pack, pack_script
+from ._transport import RetiredError
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -266,12 +267,16 @@ class ScriptRunner:
         exc = first
         while True:
             if exc is not None:
-                if isinstance(exc, (MovedError, AskError)) and follow:
+                if isinstance(exc, RetiredError) or (
+                    follow and isinstance(exc, (MovedError, AskError))
+                ):
+                    # Retired: no fault, the node stopped serving the key's slot while the
+                    # call was on its way; sent where the map says now, at once. Bounded
+                    # as redirects are: maps read in a failover can disagree a while.
                     redirects += 1
                     if redirects > _MAX_REDIRECTS:
                         raise exc
-                    transport = topology.redirected(exc)
-                    asking = not isinstance(exc, MovedError)  # (MovedError is an AskError)
+                    transport, asking = _rerouted(topology, exc)
                     log.debug("%s redirected: %r", what, exc)
                 elif isinstance(exc, self._transient):
                     if transport is not None:
@@ -303,6 +308,16 @@ _MAX_REDIRECTS = 16
 _ASKING = pack("ASKING")
 # Error replies in a batch that the call alone, sent again, may not get.
 _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)
+
+
+def _rerouted(
+    topology: Topology, exc: AskError | RetiredError
+) -> tuple[CommandTransport | None, bool]:
+    """Where a call goes next after ``exc`` (None: by the map), and whether behind ASKING."""
+    if isinstance(exc, RetiredError):
+        return None, False
+    # MovedError is an AskError: only a real ASK sends the one call behind ASKING.
+    return topology.redirected(exc), not isinstance(exc, MovedError)
 
 
 async def _send(transport: CommandTransport, command: bytes, asking: bool) -> Any:  # noqa: FBT001

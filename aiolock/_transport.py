@@ -39,7 +39,16 @@ from ._wire import Wire, open_wire
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
 
-__all__ = ("CommandTransport",)
+__all__ = ("CommandTransport", "RetiredError")
+
+
+class RetiredError(RedisConnectionError):
+    """The server was dropped from the client's layout (a cluster node no longer a primary).
+
+    A ``ConnectionError``, so whatever resends on a lost connection resends on this too; the
+    script runner sends such a call where the slot is served now, at once and without
+    spending a retry: no fault happened.
+    """
 
 
 class _Batch:
@@ -233,6 +242,13 @@ class CommandTransport:
             wire = self._wire
             if wire is None:
                 wire = await self._open()
+                # The connect ended a tick ago: since then the transport may have been
+                # closed or retired, or the new connection lost. A command put on such a
+                # wire would wait for a reply that never comes.
+                if self.closed:
+                    raise self._closed_error()
+                if wire is not self._wire:
+                    raise RedisConnectionError(f"aiolock: connection to {wire.peer} lost")
             queued = len(self._sinks) + self._reserved
             if not self._room and (not queued or queued + size <= self._limit):
                 return wire
@@ -319,7 +335,7 @@ class CommandTransport:
         """Fail whatever is still queued, close the connection and forget it.
 
         ``why``: the server was dropped from the client's layout (a cluster node no longer
-        a primary): calls then fail with a ``ConnectionError`` saying so, which the script
+        a primary): calls then fail with a ``RetiredError`` saying so, which the script
         runner resends elsewhere, rather than with ``ClientClosedError``.
         """
         self._retired = why
@@ -338,7 +354,7 @@ class CommandTransport:
 
     def _closed_error(self) -> Exception:
         if self._retired is not None:
-            return RedisConnectionError(self._retired)
+            return RetiredError(self._retired)
         return ClientClosedError()
 
     @property

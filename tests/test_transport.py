@@ -261,6 +261,60 @@ async def test_a_cut_fails_calls_until_it_is_restored(make: Make, proxy: FaultPr
     assert await transport.call(pack("PING")) == b"PONG"
 
 
+def _opened_then(redis_url: str, act: Callable[[CommandTransport], None]) -> CommandTransport:
+    """A transport that runs ``act`` as each connection opens, before its callers resume."""
+    pool = Redis.from_url(redis_url).connection_pool
+    transport = CommandTransport(
+        pool.make_connection, deadline=30.0, on_open=lambda: act(transport)
+    )
+    return transport
+
+
+async def _three_calls(transport: CommandTransport) -> list[Any]:
+    # Bounded: a caller left waiting for a reply that never comes fails the test.
+    async with asyncio.timeout(10):
+        return await asyncio.gather(
+            *(transport.call(pack("PING")) for _ in range(3)), return_exceptions=True
+        )
+
+
+async def test_a_connection_lost_as_it_opens_fails_its_callers(wire: str, redis_url: str) -> None:
+    """Lost between the connect and the callers' turn: they get an error to resend on, and
+    the next call connects again."""
+    lost = [False]
+
+    def lose_the_first(transport: CommandTransport) -> None:
+        if not lost[0]:
+            lost[0] = True
+            transport.reset(RedisConnectionError("lost as it opened"))
+
+    transport = _opened_then(redis_url, lose_the_first)
+    try:
+        replies = await _three_calls(transport)
+        assert all(isinstance(reply, RedisConnectionError) for reply in replies), replies
+        assert await transport.call(pack("PING")) == b"PONG"
+        assert transport.connects == 2
+    finally:
+        await transport.aclose()
+
+
+async def test_retired_as_it_opens_fails_its_callers_with_the_reason(
+    wire: str, redis_url: str
+) -> None:
+    """A cluster node retired while a connection to it opens (a stale slot map read at that
+    moment): its callers fail with the reason, to be resent to the slot's owner."""
+    closing: list[asyncio.Task[None]] = []
+
+    def retire(transport: CommandTransport) -> None:
+        closing.append(asyncio.ensure_future(transport.aclose("node retired")))
+
+    transport = _opened_then(redis_url, retire)
+    replies = await _three_calls(transport)
+    await asyncio.gather(*closing)
+    assert [str(reply) for reply in replies] == ["node retired"] * 3, replies
+    assert all(isinstance(reply, RedisConnectionError) for reply in replies)
+
+
 async def test_closed_transport_refuses_calls(make: Make) -> None:
     transport = make()
     await transport.call(pack("PING"))

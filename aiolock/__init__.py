@@ -11,6 +11,7 @@ from ._exceptions import LockLostError as LockLostError
 from ._exceptions import LockNotOwnedError as LockNotOwnedError
 from ._exceptions import LockTimeoutError as LockTimeoutError
 from ._exceptions import LockUpgradeError as LockUpgradeError
+from ._exceptions import ReplicaAckError as ReplicaAckError
 from ._fair_lock import FairLock as FairLock
 from ._handle import LockStatistics as LockStatistics
 from ._lock import Lock as Lock
@@ -31,6 +32,7 @@ __all__ = (
     "LockUpgradeError",
     "ReadLock",
     "ReadWriteLock",
+    "ReplicaAckError",
     "WriteLock",
 )
 

@@ -73,6 +73,8 @@ class Client:
         retry_attempts: int = 3,
         retry_interval: TimeArg = 0.2,
         fair_lock_wait_timeout: TimeArg = 300.0,
+        replica_acks: int = 0,
+        replica_ack_timeout: TimeArg = 1.0,
     ) -> None:
         if not isinstance(redis, Redis | RedisCluster):
             raise TypeError(
@@ -85,6 +87,8 @@ class Client:
             retry_attempts=retry_attempts,
             retry_interval=retry_interval,
             fair_lock_wait_timeout=fair_lock_wait_timeout,
+            replica_acks=replica_acks,
+            replica_ack_timeout=replica_ack_timeout,
         )
         options = self._options
         self._redis = redis
@@ -119,12 +123,21 @@ class Client:
             # Where a cluster's servers have sharded pub/sub, Redisson publishes with
             # SPUBLISH; aiolock requires it there (see _cluster.py).
             publish="SPUBLISH" if on_cluster else "PUBLISH",
+            replica_acks=options.replica_acks,
+            replica_ack_timeout=options.replica_ack_timeout,
         )
         # The services, each in the module named for it; the engine is the handles' only
         # way to them.
         self._background = Background()
         self._waiting = WaitingRoom()
         deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
+        if options.replica_acks and options.replica_ack_timeout >= deadline:
+            # WAIT holds its connection's replies back: past the deadline the connection
+            # would be declared dead.
+            raise ValueError(
+                f"replica_ack_timeout must be shorter than the connection's socket_timeout "
+                f"({deadline:g} s), got {options.replica_ack_timeout:g} s"
+            )
 
         def dispatcher(
             make: Callable[[], AbstractConnection], on_change: Callable[[], None] | None = None
@@ -160,6 +173,8 @@ class Client:
             self._topology,
             retry_attempts=options.retry_attempts,
             retry_interval=options.retry_interval,
+            replica_acks=options.replica_acks,
+            replica_ack_timeout=options.replica_ack_timeout,
         )
         self._renewal = RenewalService(
             self._runner,
@@ -197,6 +212,8 @@ class Client:
         retry_attempts: int = 3,
         retry_interval: TimeArg = 0.2,
         fair_lock_wait_timeout: TimeArg = 300.0,
+        replica_acks: int = 0,
+        replica_ack_timeout: TimeArg = 1.0,
         cluster: bool = False,
     ) -> Self:
         """A client that owns a new redis client for ``url`` and closes it.
@@ -218,6 +235,8 @@ class Client:
                 retry_attempts=retry_attempts,
                 retry_interval=retry_interval,
                 fair_lock_wait_timeout=fair_lock_wait_timeout,
+                replica_acks=replica_acks,
+                replica_ack_timeout=replica_ack_timeout,
             )
         except BaseException:
             # Nothing was connected yet; drop the pool without awaiting.

@@ -109,6 +109,8 @@ class ClientOptions:
     retry_attempts: int = 3
     retry_interval: float = 0.2
     fair_lock_wait_timeout: float = 300.0
+    replica_acks: int = 0
+    replica_ack_timeout: float = 1.0
 
     @classmethod
     def build(
@@ -120,6 +122,8 @@ class ClientOptions:
         retry_attempts: int = 3,
         retry_interval: TimeArg = 0.2,
         fair_lock_wait_timeout: TimeArg = 300.0,
+        replica_acks: int = 0,
+        replica_ack_timeout: TimeArg = 1.0,
     ) -> ClientOptions:
         """Validate raw keyword options and return the frozen options."""
         if not isinstance(key_prefix, str):
@@ -128,6 +132,10 @@ class ClientOptions:
             raise TypeError(f"retry_attempts must be an int, not {type(retry_attempts).__name__}")
         if retry_attempts < 0:
             raise ValueError(f"retry_attempts must be >= 0, got {retry_attempts}")
+        if isinstance(replica_acks, bool) or not isinstance(replica_acks, int):
+            raise TypeError(f"replica_acks must be an int, not {type(replica_acks).__name__}")
+        if replica_acks < 0:
+            raise ValueError(f"replica_acks must be >= 0, got {replica_acks}")
         return cls(
             watchdog_timeout=_positive(watchdog_timeout, "watchdog_timeout"),
             key_prefix=key_prefix,
@@ -135,6 +143,8 @@ class ClientOptions:
             retry_attempts=retry_attempts,
             retry_interval=_non_negative(retry_interval, "retry_interval"),
             fair_lock_wait_timeout=_positive(fair_lock_wait_timeout, "fair_lock_wait_timeout"),
+            replica_acks=replica_acks,
+            replica_ack_timeout=_positive(replica_ack_timeout, "replica_ack_timeout"),
         )
 
 
@@ -180,3 +190,7 @@ class Settings:
     key_prefix: str = ""
     #: The command that publishes from a script: PUBLISH (SPUBLISH on a sharded cluster).
     publish: str = "PUBLISH"
+    #: Replicas that must acknowledge each acquisition (0: none asked), and how long the
+    #: server waits for them.
+    replica_acks: int = 0
+    replica_ack_timeout: float = 1.0

@@ -29,7 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._cancel import calling_task, cancel_mark, cancelled_since
-from ._exceptions import ClientClosedError, LockLostError, LockNotOwnedError
+from ._exceptions import ClientClosedError, LockLostError, LockNotOwnedError, ReplicaAckError
 from ._handover import HandOvers, Offer
 from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
@@ -432,7 +432,7 @@ class Engine:
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._request_id())
             try:
-                raw = await self._runner.run(*p.acquire(call, target, tombstone))
+                raw, acked = await self._runner.run_acked(*p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)
             except ResponseError as exc:
                 # The script failed before it changed anything: nothing to roll back.
@@ -448,6 +448,16 @@ class Engine:
                 # that hold ends with it.
                 self._undo_later(p, ticket, call, target, tombstone)
                 raise
+            if reply.acquired and acked is not None and acked < self.settings.replica_acks:
+                # Taken on a primary whose replicas may not have it: a failover now could
+                # lose it unnoticed. Give it back (in turn, to the end even if the caller
+                # is cancelled meanwhile), then say so.
+                giving_back = self._undo(p, call, reply.count, tombstone)
+                await self._background.shielded(in_turn(ticket, giving_back))
+                settings = self.settings
+                raise ReplicaAckError(
+                    p.name, acked, settings.replica_acks, settings.replica_ack_timeout
+                )
             if not reply.stale or cancelled_since(call.mark) or self.closed:
                 break
             # The holder's count on the server is not what this client believed: a hold
@@ -499,16 +509,18 @@ class Engine:
     def _undo_later(
         self, p: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
     ) -> None:
+        self._background.complete(ticket, self._undo(p, call, target, tombstone))
+
+    async def _undo(self, p: Primitive, call: Call, target: int, tombstone: str) -> None:
+        """Roll back an attempt of ``call`` (by its ``target`` count and tombstone)."""
+
         async def undo() -> None:
             # Built in turn: the lease it re-applies depends on the holds left by then.
             hold = self._holds.get(p.key, call.field)
             reapply = hold.reapply_ms(self.settings.lease_ms) if hold else self.settings.lease_ms
             await self._runner.run(*p.rollback(call, target, tombstone, reapply))
 
-        self._background.complete(
-            ticket,
-            self._until_answered(f"undo a cut-off acquire of lock {p.name!r}", undo, call.lease_ms),
-        )
+        await self._until_answered(f"undo an acquire of lock {p.name!r}", undo, call.lease_ms)
 
     def _won(self, p: Primitive, call: Call, count: int, *, lease_ms: int | None = None) -> None:
         """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease."""
@@ -624,6 +636,8 @@ class Engine:
         """A hand-over for this release of ``holder``'s last hold, if one is due."""
         if (
             not p.hands_over
+            # A hand-over is an acquisition by the release script: no WAIT follows it.
+            or self.settings.replica_acks
             or hold is None
             or hold.count != 1
             or hold.lost is not None

@@ -13,6 +13,7 @@ __all__ = (
     "LockNotOwnedError",
     "LockTimeoutError",
     "LockUpgradeError",
+    "ReplicaAckError",
 )
 
 
@@ -84,3 +85,22 @@ class ClientClosedError(LockError):
 
     def __init__(self, what: str = "the aiolock client") -> None:
         super().__init__(f"{what} is closed")
+
+
+class ReplicaAckError(LockError):
+    """Raised by an acquisition that fewer replicas acknowledged than the client asks for.
+
+    With ``replica_acks=n`` the client follows each acquisition with ``WAIT n`` on the
+    server that took it. When fewer than ``n`` replicas confirmed the write within
+    ``replica_ack_timeout``, the hold is given back (in the background, as for a cancelled
+    call) and the caller gets this error instead of a lock that a failover could lose.
+    """
+
+    def __init__(self, name: str, acked: int, wanted: int, timeout: float) -> None:
+        super().__init__(
+            f"lock {name!r}: {acked} of {wanted} replicas acknowledged the acquisition "
+            f"within {timeout:g} s; the lock was given back"
+        )
+        self.name = name
+        self.acked = acked
+        self.wanted = wanted

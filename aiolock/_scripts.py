@@ -94,10 +94,25 @@ class ScriptRunner:
         "_route",
         "_topology",
         "_transient",
+        "_wait",
     )
 
-    def __init__(self, topology: Topology, *, retry_attempts: int, retry_interval: float) -> None:
+    def __init__(
+        self,
+        topology: Topology,
+        *,
+        retry_attempts: int,
+        retry_interval: float,
+        replica_acks: int = 0,
+        replica_ack_timeout: float = 1.0,
+    ) -> None:
         self._topology = topology
+        # WAIT for the replicas, sent behind an acknowledged script (see run_acked).
+        self._wait = (
+            pack("WAIT", replica_acks, max(1, round(replica_ack_timeout * 1000)))
+            if replica_acks
+            else None
+        )
         self._route = topology.route
         self._retry_attempts = retry_attempts
         self._retry_interval = retry_interval
@@ -134,6 +149,35 @@ class ScriptRunner:
             None,
             transport,
         )
+
+    async def run_acked(
+        self, script: Script, keys: list[str], args: list[str | int]
+    ) -> tuple[Any, int | None]:
+        """``run()``, then how many replicas acknowledged it (None: none asked for).
+
+        The WAIT goes in the same write, on the connection of the server that ran the
+        script, so it waits for that very write. It holds back the replies behind it on
+        that connection until the replicas answer or its timeout passes.
+        """
+        wait = self._wait
+        if wait is None:
+            return await self.run(script, keys, args), None
+        command = script.packed(keys, args)
+
+        async def send(to: _Target) -> tuple[Any, int]:
+            transport, asking = to
+            batch = [_ASKING, command, wait] if asking else [command, wait]
+            replies = await transport.call_many(batch)
+            if isinstance(replies[-2], NoScriptError):
+                await transport.call(script.load)
+                replies = await transport.call_many(batch)
+            reply, acked = _connection_errors_raised(replies)[-2:]
+            for outcome in (reply, acked):
+                if isinstance(outcome, Exception):
+                    raise outcome
+            return reply, int(acked)
+
+        return await self._retrying(send, keys[0], script.name, None)
 
     async def _evalsha(
         self, to: _Target, script: Script, command: bytes, *, reload: bool = False

@@ -113,6 +113,22 @@ async def test_renewal_is_one_call_per_slot(
         await client.lock(name, owner="o").unlock()
 
 
+async def test_replica_acks_wait_on_the_slots_own_primary(
+    cluster: ClusterHandle, make_client: ClientFactory, raw: RedisCluster, uid: str
+) -> None:
+    """The WAIT after an acquisition runs on the primary that took it, whatever the slot:
+    each primary has one replica, so one acknowledgement comes and never two."""
+    names = names_on_every_primary(cluster, uid)
+    one = make_client(replica_acks=1)
+    two = make_client(replica_acks=2, replica_ack_timeout=0.2)
+    for name in names:
+        async with one.lock(name).acquired(wait=LIMIT):
+            assert await raw.exists(name)
+        with pytest.raises(aiolock.ReplicaAckError, match="1 of 2 replicas"):
+            await two.lock(name).lock()
+        assert not await raw.exists(name)
+
+
 async def test_failover_keeps_holds_and_wakes_parked_waiters(
     cluster: ClusterHandle, make_client: ClientFactory, raw: RedisCluster, uid: str
 ) -> None:

@@ -19,12 +19,16 @@ from .test_conformance import ClientFactory
 from .topologies import ClusterHandle
 
 
-@pytest.fixture
-async def make_client(cluster: ClusterHandle, uid: str) -> AsyncIterator[ClientFactory]:
-    """Cluster clients; all closed, then nothing of the test may remain on any primary."""
+@pytest.fixture(params=[0, 1], ids=["", "replica_acks"])
+async def make_client(
+    cluster: ClusterHandle, uid: str, request: pytest.FixtureRequest
+) -> AsyncIterator[ClientFactory]:
+    """Cluster clients, without and with ``replica_acks=1`` (each primary has a replica):
+    all closed, then nothing of the test may remain on any primary."""
     clients: list[aiolock.Client] = []
 
     def make(**options: Any) -> aiolock.Client:
+        options.setdefault("replica_acks", request.param)
         client = aiolock.Client.from_url(cluster.url, cluster=True, **options)
         clients.append(client)
         return client

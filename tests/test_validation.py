@@ -196,6 +196,21 @@ async def test_timedelta_wait(client: aiolock.Client, name: str) -> None:
         pytest.param({"retry_interval": -1}, ValueError, "retry_interval", id="interval-neg"),
         pytest.param({"subscribe_timeout": 0}, ValueError, "subscribe_timeout", id="sub-0"),
         pytest.param({"key_prefix": b"svc:"}, TypeError, "key_prefix", id="prefix-bytes"),
+        pytest.param({"replica_acks": -1}, ValueError, "replica_acks", id="acks-neg"),
+        pytest.param({"replica_acks": 1.0}, TypeError, "replica_acks", id="acks-float"),
+        pytest.param({"replica_acks": True}, TypeError, "replica_acks", id="acks-bool"),
+        pytest.param(
+            {"replica_acks": 1, "replica_ack_timeout": 0},
+            ValueError,
+            "replica_ack_timeout",
+            id="ack-timeout-0",
+        ),
+        pytest.param(
+            {"replica_acks": 1, "replica_ack_timeout": 30},
+            ValueError,
+            "replica_ack_timeout",
+            id="ack-timeout-past-the-deadline",
+        ),
     ],
 )
 def test_client_options(options: dict[str, Any], error: type[Exception], arg: str) -> None:

@@ -99,12 +99,19 @@ def gated_redis(url: str) -> tuple[Redis, Gate]:
     return Redis.from_url(url), Gate()
 
 
+def dispatchers_of(client: Any) -> list[Any]:
+    """The client's pub/sub dispatchers: its one, or one per primary on a cluster."""
+    topology = client._topology
+    return topology.dispatchers() if hasattr(topology, "dispatchers") else [client._dispatcher]
+
+
 def _settling(client: Any) -> set[Any]:
     """The client's background completions still running (rollbacks, releases, leaves).
 
-    The long-lived background tasks (renewal, pub/sub reader, latch sweeper) do not count.
+    The long-lived background tasks (renewal, pub/sub readers, latch sweeper) do not count.
     """
-    lasting = {client._renewal._task, client._dispatcher._reader, client._latches._task}
+    readers = {dispatcher._reader for dispatcher in dispatchers_of(client)}
+    lasting = {client._renewal._task, client._latches._task, *readers}
     return {task for task in client._background.tasks if task not in lasting}
 
 

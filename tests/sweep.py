@@ -50,11 +50,12 @@ from functools import partial
 from typing import Any, Generic, TypeAlias, TypeVar, cast
 
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 import aiolock
 from aiolock._keys import fair_queue_key, fair_timeout_key
 
-from .helpers import quiesce, wait_until
+from .helpers import dispatchers_of, quiesce, wait_until
 
 __all__ = (
     "AnyLock",
@@ -276,7 +277,8 @@ def parked(client: aiolock.Client, name: str) -> bool:
         name in channel_name
         and channel.confirmed.is_set()
         and client._waiting.has_waiters(channel_name)
-        for channel_name, channel in client._dispatcher._channels.items()
+        for dispatcher in dispatchers_of(client)
+        for channel_name, channel in dispatcher._channels.items()
     )
 
 
@@ -288,7 +290,7 @@ def heir_parked(client: aiolock.Client, name: str) -> bool:
     """
     return any(
         waiter.parked is not None
-        for channel_name in client._dispatcher.channels()
+        for channel_name in client._pubsub.channels()
         if name in channel_name
         for waiter in client._waiting.waiters(channel_name)
     )
@@ -777,7 +779,7 @@ class _Case:
             if probe.statistics().tasks_waiting:
                 self.fail(f"{side}'s client still counts a waiter")
         for side, client in (("holder", sweep.a), ("rival", sweep.b)):
-            refs = {ch: n for ch, n in client._dispatcher.channels().items() if n}
+            refs = {ch: n for ch, n in client._pubsub.channels().items() if n}
             mine = {ch: n for ch, n in refs.items() if name in ch}
             if mine:
                 self.fail(f"{side}'s client still references subscriptions {mine}")
@@ -935,7 +937,7 @@ class Sweep:
         spec: Spec,
         a: aiolock.Client,
         b: aiolock.Client,
-        raw: Redis,
+        raw: Redis | RedisCluster,
         base: str,
     ) -> None:
         self.spec = spec

@@ -54,6 +54,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
 
 import aiolock
 
@@ -271,11 +272,15 @@ class _Machine(RuleBasedStateMachine):
     url: ClassVar[str] = ""
     #: Client B's watchdog_timeout (seconds), short under --faults; None: the default.
     short_lease: ClassVar[float | None] = None
+    #: ``url`` names a node of a Redis Cluster.
+    cluster: ClassVar[bool] = False
 
     @classmethod
-    def bound(cls, url: str, *, short_lease: float | None = None) -> type[_Machine]:
+    def bound(
+        cls, url: str, *, short_lease: float | None = None, cluster: bool = False
+    ) -> type[_Machine]:
         """This machine on the server at ``url`` (hypothesis instantiates it per example)."""
-        attrs = {"url": url, "short_lease": short_lease}
+        attrs = {"url": url, "short_lease": short_lease, "cluster": cluster}
         return cast("type[_Machine]", type(cls.__name__, (cls,), attrs))
 
     def __init__(self) -> None:
@@ -290,7 +295,7 @@ class _Machine(RuleBasedStateMachine):
         #: prints a failing example only once it replays, and a race may not replay.
         self.trace: list[str] = []
         self.loop = asyncio.new_event_loop()
-        self.raw: Redis | None = None
+        self.raw: Redis | RedisCluster | None = None
         self.clients: list[aiolock.Client] = []
         self.actors: list[list[Actor]] = []
         self.ids: dict[str, str] = {}
@@ -303,11 +308,12 @@ class _Machine(RuleBasedStateMachine):
     # -- plumbing --------------------------------------------------------------------------
 
     async def _setup(self) -> None:
-        self.raw = Redis.from_url(self.url, decode_responses=True)
+        cluster = self.cluster
+        self.raw = (RedisCluster if cluster else Redis).from_url(self.url, decode_responses=True)
         b_lease = 30.0 if self.short_lease is None else self.short_lease  # 30: the default
         self.clients = [
-            aiolock.Client.from_url(self.url),
-            aiolock.Client.from_url(self.url, watchdog_timeout=b_lease),
+            aiolock.Client.from_url(self.url, cluster=cluster),
+            aiolock.Client.from_url(self.url, watchdog_timeout=b_lease, cluster=cluster),
         ]
         self.actors = [[Actor(c, a) for a in range(ACTORS)] for c in range(len(CLIENTS))]
         # Learn each actor's holder id as the server sees it: take a probe lock, read it.
@@ -1039,6 +1045,11 @@ class ReadWriteLockMachine(_Machine):
 @pytest.fixture(scope="module")
 def model_settings(request: pytest.FixtureRequest) -> settings:
     """CI-sized by default; many more examples under ``--faults`` (nox -s faults)."""
+    return settings_for(request)
+
+
+def settings_for(request: pytest.FixtureRequest) -> settings:
+    """The hypothesis settings of a model run (see ``model_settings``)."""
     faults = bool(request.config.getoption("--faults"))
     examples = int(os.environ.get("AIOLOCK_MODEL_EXAMPLES") or (300 if faults else 25))
     steps = int(os.environ.get("AIOLOCK_MODEL_STEPS") or (50 if faults else 30))

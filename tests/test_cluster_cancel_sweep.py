@@ -1,0 +1,77 @@
+"""The cancellation sweep (``test_cancel_sweep.py``) on a 3+3 cluster.
+
+Each call is cancelled at every loop iteration and Redis is checked against the client's
+belief after each case, as on one server: here the calls go through the slot map, the
+per-primary connections and sharded pub/sub. The default run sweeps every call and
+scenario of every lock type for a task holder; ``--faults`` adds ``owner=`` holders and the
+early races.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from redis.asyncio.cluster import RedisCluster
+
+import aiolock
+
+from .clusters import assert_nothing_left
+from .conftest import ClientFactory
+from .sweep import Scenario, Spec, Sweep, all_specs, k_schedule
+from .test_cancel_sweep import FULL_ROUNDS, _record
+from .topologies import ClusterHandle
+
+
+def _quick(spec: Spec) -> bool:
+    return spec.owner is None and spec.scenario not in {
+        Scenario.RACED_EARLY,
+        Scenario.RACED_SUBSCRIBING,
+    }
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "spec" in metafunc.fixturenames:
+        full = bool(metafunc.config.getoption("--faults"))
+        specs = [spec for spec in all_specs() if full or _quick(spec)]
+        metafunc.parametrize("spec", specs, ids=[spec.id for spec in specs])
+
+
+@pytest.fixture
+async def make_client(cluster: ClusterHandle, uid: str) -> AsyncIterator[ClientFactory]:
+    clients: list[aiolock.Client] = []
+
+    def make(**options: Any) -> aiolock.Client:
+        client = aiolock.Client.from_url(cluster.url, cluster=True, **options)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+    await assert_nothing_left(cluster, uid)
+
+
+@pytest.fixture
+async def raw(cluster: ClusterHandle) -> AsyncIterator[RedisCluster]:
+    redis = RedisCluster.from_url(cluster.url, decode_responses=True)
+    yield redis
+    await redis.aclose()
+
+
+async def test_cancel_sweep_on_cluster(
+    spec: Spec,
+    make_client: ClientFactory,
+    raw: RedisCluster,
+    name: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """Cancelled at any loop iteration, the call raises CancelledError and leaves the
+    slot's primary holding exactly what the client believes."""
+    full = bool(request.config.getoption("--faults"))
+    sweep = Sweep(spec, make_client(), make_client(), raw, name)
+    result = await sweep.run(k_schedule(full=full), rounds=FULL_ROUNDS if full else 1)
+    _record(result, request.node.user_properties)
+    if result.violations:
+        raise AssertionError(result.report()) from result.crash

@@ -8,6 +8,7 @@ import pytest
 
 from aiolock.testing import LocalServer, start_local_server
 
+from ..topologies import ClusterHandle, SentinelHandle, redis_cluster, redis_sentinel
 from .checker import Result
 
 _lines: list[str] = []
@@ -41,6 +42,21 @@ def aof_lock_server() -> Iterator[LocalServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def lock_cluster() -> Iterator[ClusterHandle]:
+    """A fresh 3+3 cluster per scenario (2 s to start): the scenario fails over or kills
+    its nodes, which a shared one would carry into the next."""
+    with redis_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def lock_sentinel() -> Iterator[SentinelHandle]:
+    """A fresh primary + replica + 3 sentinels per scenario; every process is killed after."""
+    with redis_sentinel() as group:
+        yield group
 
 
 @pytest.fixture

@@ -27,19 +27,11 @@ import aiolock
 from aiolock.testing import LocalServer
 
 from ..helpers import wait_until
-from .checker import Load, Result, run_checker
+from .checker import Load, Result, run_checker, stopped
 
 pytestmark = pytest.mark.timeout(300)
 
 Report = Callable[[Result], None]
-
-
-async def stopped(stop: asyncio.Event, within: float) -> bool:
-    """Wait up to ``within`` s for the workers to end; True once they have."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(within):
-            await stop.wait()
-    return stop.is_set()
 
 
 @contextlib.asynccontextmanager

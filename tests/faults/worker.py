@@ -2,16 +2,18 @@
 
 Usage: python worker.py SPEC_JSON
 
-The spec (written by ``checker.py``) names the lock server, the resource server that holds
-the counters, this process's index, its task count, the lock kinds and names, the run's
-length and the faults this process injects on itself (cancellations, tasks that exit while
+The spec (written by ``checker.py``) names the lock server (or a cluster node, or a Sentinel
+group's sentinels and name) and the client's retries, the resource server that holds the
+counters, this process's index, its task count, the lock kinds and names, the run's length
+and the faults this process injects on itself (cancellations, tasks that exit while
 holding, a starved event loop). Each task loops until the run ends or its iteration bound:
 
     acquire -> GET counter, SET counter + 1 on the resource server (not atomic) -> release
 
 and logs every hold as one JSON line: kind, name, the instants it held the lock
 (``time.monotonic``, which is system-wide on Linux and so comparable across processes) and
-how the hold ended. The last line of stdout is a JSON summary of the process.
+how the hold ended, and when its acquire began. The last line of stdout is a JSON summary
+of the process.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.sentinel import Sentinel
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -58,7 +61,9 @@ _WARNING_KINDS = (
     ("pub/sub connection lost", "pub/sub reconnects"),
     ("could not renew", "renewal retried"),
     ("could not release", "release abandoned"),
+    ("sentinels switched", "primary switches heard"),
 )
+_SWITCH = "primary switches heard"
 
 
 class _Warnings(logging.Handler):
@@ -67,12 +72,16 @@ class _Warnings(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.counts: Counter[str] = Counter()
+        #: When this process heard each Sentinel switch (it is logged as it is acted on).
+        self.switched_at: list[float] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         for marker, what in _WARNING_KINDS:
             if marker in message:
                 self.counts[what] += 1
+                if what == _SWITCH:
+                    self.switched_at.append(time.monotonic())
                 return
         self.counts[f"other: {message[:80]}"] += 1
 
@@ -95,22 +104,35 @@ class Worker:
         self.rounds = 0
 
     def record(
-        self, kind: str, name: str, holder: str, *, start: float, end: float, how: str
+        self,
+        kind: str,
+        name: str,
+        holder: str,
+        *,
+        called: float,
+        start: float,
+        end: float,
+        how: str,
     ) -> None:
         """Log one hold; ``how``: ok, lost, cancelled, unlock-error, exited-holding."""
         self.outcomes[how] += 1
-        line = {"p": self.proc, "k": kind, "n": name, "h": holder, "s": start, "e": end, "o": how}
+        line = {
+            "p": self.proc,
+            "k": kind,
+            "n": name,
+            "h": holder,
+            "c": called,
+            "s": start,
+            "e": end,
+            "o": how,
+        }
         self.log.write(json.dumps(line) + "\n")
 
     async def run(self) -> dict[str, Any]:
         """Run every task to the end of the run; return the process summary."""
         logging.getLogger("aiolock").addHandler(self.warnings)
         spec = self.spec
-        client = aiolock.Client.from_url(
-            spec["url"],
-            watchdog_timeout=spec["watchdog_timeout"],
-            retry_attempts=spec.get("retry_attempts", 3),
-        )
+        client, owned = self.client()
         resource = Redis.from_url(
             spec["resource_url"],
             decode_responses=True,
@@ -132,6 +154,8 @@ class Worker:
             waiting = client._waiting.total()
         finally:
             await client.aclose()
+            for redis in owned:
+                await redis.aclose()
             await resource.aclose()
             self.log.close()
         return {
@@ -140,12 +164,32 @@ class Worker:
             "increments": dict(self.increments),
             "errors": dict(self.errors),
             "warnings": dict(self.warnings.counts),
+            "switched_at": self.warnings.switched_at,
             "max_wait": self.max_wait,
             "waiting_at_end": waiting,
             "exits_holding": self.exits_holding,
             "rounds": self.rounds,
             "took": time.monotonic() - started,
         }
+
+    def client(self) -> tuple[aiolock.Client, list[Redis]]:
+        """The process's client, on one server, a cluster or a Sentinel group's primary,
+        and the redis clients to close after it."""
+        where: dict[str, Any] = self.spec["client"]
+        options: dict[str, Any] = {
+            "watchdog_timeout": self.spec["watchdog_timeout"],
+            "retry_attempts": self.spec.get("retry_attempts", 3),
+            "retry_interval": self.spec.get("retry_interval", 0.2),
+        }
+        if "sentinels" in where:
+            sentinel = Sentinel(  # type: ignore[no-untyped-call]
+                [tuple(address) for address in where["sentinels"]], socket_timeout=5
+            )
+            primary = sentinel.master_for(where["master"])
+            return aiolock.Client(primary, **options), [primary, *sentinel.sentinels]
+        if "cluster" in where:
+            return aiolock.Client.from_url(where["cluster"], cluster=True, **options), []
+        return aiolock.Client.from_url(where["url"], **options), []
 
     def assignment(self, index: int) -> tuple[str, str]:
         """The kind and lock name task ``index`` works on, spread over kinds and names."""
@@ -209,7 +253,7 @@ class Worker:
             await asyncio.sleep(self.rng.uniform(0.01, 0.05))
         if start is not None:
             assert end is not None
-            self.record(kind, name, holder, start=start, end=end, how=how)
+            self.record(kind, name, holder, called=called, start=start, end=end, how=how)
 
     async def work(self, kind: str, name: str, resource: Redis, *, starve: bool) -> None:
         """The critical section: a non-atomic increment (only by exclusive holders)."""
@@ -247,7 +291,7 @@ class Worker:
         now = time.monotonic()
         self.exits_holding += 1
         holder = handle._engine.holder(handle._owner)[0]
-        self.record(kind, name, holder, start=now, end=now, how="exited-holding")
+        self.record(kind, name, holder, called=now, start=now, end=now, how="exited-holding")
 
 
 def main() -> None:

@@ -98,7 +98,8 @@ def compat(session: nox.Session, redis_py: str, wire: str) -> None:
 @nox.session
 @nox.parametrize(("python", "redis_py"), [(PYTHONS[0], "lowest"), (PYTHONS[-1], "highest")])
 def faults(session: nox.Session, redis_py: str) -> None:
-    """The fault-injection suite (tests/faults), the full cancellation sweep and the misuse
+    """The fault-injection suite (tests/faults), the full cancellation sweep (one server and
+    cluster) and the misuse
     tests; one line per scenario. On the oldest Python with the lowest redis-py, and on
     the newest with the highest."""
     pytest_args = _install_wheel(session, "tests")
@@ -108,6 +109,7 @@ def faults(session: nox.Session, redis_py: str) -> None:
         "--faults",
         "tests/faults",
         "tests/test_cancel_sweep.py",
+        "tests/test_cluster_cancel_sweep.py",
         "tests/test_misuse.py",
         "tests/test_validation.py",
         *pytest_args,

@@ -99,9 +99,8 @@ def compat(session: nox.Session, redis_py: str, wire: str) -> None:
 @nox.parametrize(("python", "redis_py"), [(PYTHONS[0], "lowest"), (PYTHONS[-1], "highest")])
 def faults(session: nox.Session, redis_py: str) -> None:
     """The fault-injection suite (tests/faults), the full cancellation sweep (one server and
-    cluster) and the misuse
-    tests; one line per scenario. On the oldest Python with the lowest redis-py, and on
-    the newest with the highest."""
+    cluster) and the misuse tests; one line per scenario. On the oldest Python with the
+    lowest redis-py, and on the newest with the highest."""
     pytest_args = _install_wheel(session, "tests")
     _install_redis_py(session, redis_py)
     session.run(

@@ -146,6 +146,8 @@ class Dispatcher:
         self.closed = False
         self._retired = False
         self.reconnects = 0
+        # Since the connection was lost (or first failed to open) and not yet open again.
+        self._outage = False
         self._backoff = _MIN_BACKOFF
         # The server's last refusal of a reader command (SUBSCRIBE denied by an ACL), until
         # a connection works again; and how many refusals there were, to tell new ones.
@@ -364,13 +366,18 @@ class Dispatcher:
                 exc = await self._ended
                 if not self._closed_now() and not isinstance(exc, ResponseError):
                     log.warning("aiolock: pub/sub connection lost (%s); reconnecting", exc)
+                    self._outage = True
             except ResponseError as exc:
                 # Refused during the handshake (an ACL without the right to connect).
                 if not self.closed:
                     self._refused(exc)
             except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
                 if not self.closed:
-                    log.warning("aiolock: pub/sub connection lost (%s); reconnecting", exc)
+                    # One WARNING per outage: a node down for seconds (a cluster electing
+                    # a new primary) would otherwise log one per attempt.
+                    report = log.debug if self._outage else log.warning
+                    report("aiolock: pub/sub connection failed (%s); reconnecting", exc)
+                    self._outage = True
             except Exception:
                 # Never let the one reader die: every waiter would then depend on its
                 # lease-bounded timeout alone.
@@ -398,6 +405,7 @@ class Dispatcher:
                 "aiolock: pub/sub reconnected; restoring %d channels",
                 len(names),
             )
+        self._outage = False
         if names:
             for name in names:
                 self._sent.setdefault(name, deque()).append(True)

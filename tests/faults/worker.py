@@ -58,7 +58,7 @@ _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
 _WARNING_KINDS = (
     ("ended while", "task ended holding"),
     ("was lost (", "lease lost"),
-    ("pub/sub connection lost", "pub/sub reconnects"),
+    ("pub/sub connection", "pub/sub reconnects"),
     ("could not renew", "renewal retried"),
     ("could not release", "release abandoned"),
     ("sentinels switched", "primary switches heard"),

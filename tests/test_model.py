@@ -318,6 +318,9 @@ class _Machine(RuleBasedStateMachine):
         self.actors = [[Actor(c, a) for a in range(ACTORS)] for c in range(len(CLIENTS))]
         # Learn each actor's holder id as the server sees it: take a probe lock, read it.
         raw = self.raw
+        # One read at a time: redis-py's asyncio RedisCluster can hand a connection still
+        # opening to a second caller ("'NoneType' object has no attribute 'writelines'").
+        reading = asyncio.Lock()
         calls = []
         for c, row in enumerate(self.actors):
             for actor in row:
@@ -326,7 +329,8 @@ class _Machine(RuleBasedStateMachine):
                 async def learn(probe: aiolock.Lock = probe) -> str:
                     await probe.lock()
                     try:
-                        fields = await raw.hkeys(probe.name)
+                        async with reading:
+                            fields = await raw.hkeys(probe.name)
                     finally:
                         await probe.unlock()
                     assert len(fields) == 1, fields

@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--pin] [--baseline REF] [--out DIR | --update-results]``.
+"""``python -m benchmarks [--quick] [--pin] [--baseline REF] [--no-cluster] [--out DIR]``.
 
 Runs every case against one server, interleaving the implementations round-robin within
 each scenario and repetition (the starting implementation rotates per repetition), prints a
@@ -26,6 +26,7 @@ from aiolock.testing import redis_server
 from ._adapters import ADAPTERS
 from ._baseline import install_baseline
 from ._cases import Job, Scenario, measure
+from ._cluster import cluster_markdown, run_cluster
 from ._instrument import environment, server_info
 from ._plots import plot
 from ._report import markdown, ratios, targets, write
@@ -93,6 +94,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--impl", default="", help=f"comma-separated implementations: {', '.join(ADAPTERS)}"
+    )
+    parser.add_argument(
+        "--no-cluster",
+        action="store_true",
+        help="skip the cluster part (a local 3-primary cluster: cases 1-2 and scale-out)",
     )
     parser.add_argument("--duration", type=float, help="seconds per measurement")
     parser.add_argument("--reps", type=int, help="interleaved repetitions per scenario")
@@ -203,7 +209,9 @@ def _run_cases(
     """Every scenario x repetition x implementation, round-robin; one row per measurement."""
     runs: list[dict[str, Any]] = []
     for scen in (s for s in SCENARIOS if s.case in args.cases):
-        keys = [k for k in impls if scen.kind in ADAPTERS[k].cases]
+        keys = [
+            k for k in impls if scen.kind in ADAPTERS[k].cases and ADAPTERS[k].topology == "server"
+        ]
         print(f"== {CASES[scen.case]}. {scen.case} {scen.variant}", flush=True)
         for rep in range(args.reps):
             shift = rep % max(1, len(keys))
@@ -300,6 +308,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         pinned = _pin(server.url, args.pin_cpu) if args.pin else None
         runs = _run_cases(args, server.url, impls, run_id)
         result: dict[str, Any] = _run_scale(args, server.url, impls, run_id)
+    if not args.no_cluster and args.cases & {"uncontended", "contended"}:
+        result["cluster"] = run_cluster(
+            impls=impls, reps=args.reps, duration=args.duration, run_id=run_id, progress=_progress
+        )
     summary = _merge(runs)
     result.update(
         {
@@ -324,6 +336,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     result["ratios"] = ratios(summary, result)
     result["targets"] = targets(runs)
     md = markdown(result)
+    if "cluster" in result:
+        md += cluster_markdown(result["cluster"], impls)
     print()
     print(md)
     paths = write(args.out, result, md)

@@ -99,6 +99,8 @@ class _Adapter:
         {"uncontended", "contended", "handoff", "multiproc"}
     )
     note: ClassVar[str] = ""
+    #: "server": measured on the run's one server; "cluster": on the local cluster only.
+    topology: ClassVar[str] = "server"
 
     def __init__(self, url: str, tag: str) -> None:
         self.url = url
@@ -219,6 +221,14 @@ class _AiolockAdapter(AsyncAdapter):
 class AiolockLock(_AiolockAdapter):
     key = "aiolock"
     label = "aiolock Lock"
+
+
+class AiolockCluster(_AiolockAdapter):
+    key = "aiolock-cluster"
+    label = "aiolock Lock (cluster)"
+    client_options: ClassVar[dict[str, Any]] = {"cluster": True}
+    cases = frozenset({"uncontended", "contended"})
+    topology: ClassVar[str] = "cluster"
 
 
 class AiolockBaseline(_AiolockAdapter):
@@ -497,6 +507,18 @@ class Floor(AsyncAdapter):
         await self.client.aclose()
 
 
+class FloorCluster(Floor):
+    key = "floor-cluster"
+    label = "baseline: 2x EVALSHA via RedisCluster (not a lock)"
+    note = "the floor through redis-py's cluster client, which routes each call by its key"
+    topology: ClassVar[str] = "cluster"
+
+    async def setup(self) -> None:
+        self.client = redis.asyncio.RedisCluster.from_url(self.url)  # type: ignore[assignment]
+        self.set_script = self.client.register_script(_SET_SCRIPT)
+        self.del_script = self.client.register_script(_DEL_SCRIPT)
+
+
 class _RingWorker(AsyncWorker):
     def __init__(self, adapter: TokenRing, index: int, total: int) -> None:
         super().__init__(f"{adapter.tag}:warm:{index}")
@@ -580,6 +602,8 @@ ADAPTERS: dict[str, type[AsyncAdapter] | type[SyncAdapter]] = {
         PythonRedisLock,
         Floor,
         TokenRing,
+        AiolockCluster,
+        FloorCluster,
     )
 }
 

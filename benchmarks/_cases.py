@@ -71,6 +71,8 @@ class Job:
     tag: str
     scen: Scenario
     duration: float
+    #: Where the server counters are read (every primary of a cluster); default ``url``.
+    stats_urls: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -456,7 +458,7 @@ def _await_phase(
 
 def measure(job: Job) -> dict[str, float | int | str | None]:
     """Run one job once; every number of one table row for one repetition."""
-    stats = CommandStats(job.url)
+    stats = CommandStats(*(job.stats_urls or (job.url,)))
     snaps: dict[str, dict[str, float]] = {}
 
     def before() -> None:

@@ -162,19 +162,22 @@ class LogCounter(logging.Handler):
 class CommandStats:
     """Snapshots of the server's command counters and CPU time, read with a sync client."""
 
-    def __init__(self, url: str) -> None:
-        self._client = redis.Redis.from_url(url, decode_responses=True)
+    def __init__(self, *urls: str) -> None:
+        # Several on a cluster: one per primary, their counters summed.
+        self._clients = [redis.Redis.from_url(url, decode_responses=True) for url in urls]
 
     def snapshot(self) -> dict[str, float]:
         """``{command: calls}`` plus ``"_cpu"`` (server user+sys CPU seconds)."""
-        stats: Mapping[str, Any] = self._client.info("commandstats")
-        cpu: Mapping[str, Any] = self._client.info("cpu")
         snap: dict[str, float] = {}
-        for key, value in stats.items():
-            command = key.removeprefix("cmdstat_")
-            if command != "info":
-                snap[command] = float(value["calls"])
-        snap["_cpu"] = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+        for client in self._clients:
+            stats: Mapping[str, Any] = client.info("commandstats")
+            cpu: Mapping[str, Any] = client.info("cpu")
+            for key, value in stats.items():
+                command = key.removeprefix("cmdstat_")
+                if command != "info":
+                    snap[command] = snap.get(command, 0.0) + float(value["calls"])
+            used = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+            snap["_cpu"] = snap.get("_cpu", 0.0) + used
         return snap
 
     @staticmethod
@@ -184,8 +187,9 @@ class CommandStats:
         return {k: v for k, v in out.items() if v}
 
     def close(self) -> None:
-        """Close the stats connection."""
-        self._client.close()
+        """Close the stats connections."""
+        for client in self._clients:
+            client.close()
 
 
 def server_info(url: str) -> dict[str, str]:

@@ -1,21 +1,20 @@
-"""Failover figures and the cluster scale-out ratio on local topologies (not a test).
+"""Failover figures on local topologies (not a test).
 
-    python -m tests.failover_figures failover|kill|sentinel|scale
+    python -m tests.failover_figures failover|kill|sentinel
 
 One client holds 8 locks (one name's slot), another parks 4 waiters on each; after the
 fault the holder unlocks all 8; printed: seconds from the fault to the last waiter served,
-and how many unlocks raised LockLostError, per run. ``scale``: lock/unlock pairs/s of 64
-tasks over 1,000 names on a 1-primary and a 3-primary cluster, 5 interleaved rounds.
+and how many unlocks raised LockLostError, per run. The scale-out ratio (1 to 3 primaries)
+is the benchmark's (``python -m benchmarks``, its cluster part).
 """
 
 # A measuring script, not library code: each closure runs within its loop iteration, and the
 # waits poll counters that have no event to await.
-# ruff: noqa: B023, ASYNC110, E501
+# ruff: noqa: B023, ASYNC110
 
 from __future__ import annotations
 
 import asyncio
-import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -110,41 +109,7 @@ async def sentinel_runs() -> list[tuple[float, int]]:
     return results
 
 
-async def pairs_per_second(url: str, seconds: float = 2.0, tasks: int = 64) -> float:
-    async with aiolock.Client.from_url(url, cluster=True) as client:
-        pairs = 0
-        stop = time.perf_counter() + seconds
-
-        async def work(index: int) -> None:
-            nonlocal pairs
-            while time.perf_counter() < stop:
-                lock = client.lock(f"scale:{index % 1000}")
-                await lock.lock()
-                await lock.unlock()
-                pairs += 1
-                index += tasks
-
-        await asyncio.gather(*(work(index) for index in range(tasks)))
-        return pairs / seconds
-
-
-async def scale() -> None:
-    with redis_cluster(primaries=1, replicas=0) as one, redis_cluster(replicas=0) as three:
-        rates: dict[int, list[float]] = {1: [], 3: []}
-        for _ in range(5):
-            rates[1].append(await pairs_per_second(one.url))
-            rates[3].append(await pairs_per_second(three.url))
-    for count, values in rates.items():
-        print(
-            f"{count} primaries: pairs/s {[round(v) for v in values]}, median {statistics.median(values):.0f}"
-        )
-    print(f"ratio 3/1: {statistics.median(rates[3]) / statistics.median(rates[1]):.2f}")
-
-
 async def main(which: str) -> None:
-    if which == "scale":
-        await scale()
-        return
     runs = {
         "failover": lambda: cluster_runs(kill=False),
         "kill": lambda: cluster_runs(kill=True),

@@ -173,6 +173,13 @@ class Cluster:
         # A node lost, or a cluster reconfiguring: the map may have changed.
         self.refresh_soon()
 
+    async def settle(self) -> None:
+        # A call redirected again and again: the nodes disagree on the slot's owner while
+        # a failover or migration spreads. Resending at once would only bounce; a map read
+        # paces the resends by the cluster's own convergence (it waits for an answer that
+        # agrees with the latest MOVED, see _agreed).
+        await self.refresh()
+
     def transports(self) -> list[CommandTransport]:
         return [node.transport for node in self._nodes.values()]
 
@@ -222,6 +229,10 @@ class Cluster:
         self._refreshing = None
         if not task.cancelled() and (exc := task.exception()) is not None:
             log.debug("aiolock: reading the cluster's slot map failed: %r", exc)
+        if self._moved is not None:
+            # A MOVED came while that read was under way: its answers may be older than
+            # the MOVED, so check it with a read of its own.
+            self.refresh_soon()
 
     async def _read_map(self) -> None:
         # Ask every primary known (the seeds at first) at once; the first answer wins. A
@@ -268,6 +279,17 @@ class Cluster:
             primaries.add(address)
             node = self._node(address)
             slots[start : end + 1] = [node] * (end - start + 1)
+        later = self._moved
+        if later is not None and not _serves(reply, *later, asked):
+            # A MOVED came while this read was under way, and this answer does not know it
+            # yet: a node's own redirect is newer news than another node's map. Taken
+            # whole, the answer would send the slot's calls back to the old owner and drop
+            # the connection to the new one, and each call would bounce between the two
+            # until the next read; the slot stays where the MOVED sent it, and the read
+            # that follows this one (see _refreshed) checks it.
+            slot, address = later
+            slots[slot] = self._node(address)
+            primaries.add(address)
         self._slots = slots
         for address in [address for address in self._nodes if address not in primaries]:
             self._retire(self._nodes.pop(address))

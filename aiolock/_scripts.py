@@ -321,6 +321,11 @@ class ScriptRunner:
                     if redirects > _MAX_REDIRECTS:
                         raise exc
                     transport, asking = _rerouted(topology, exc)
+                    if redirects > _PROMPT_REDIRECTS and not asking:
+                        # Bouncing: the nodes disagree on the slot's owner. Resend where
+                        # the map says once it was read again (MOVED and all).
+                        await topology.settle()
+                        transport = None
                     log.debug("%s redirected: %r", what, exc)
                 elif isinstance(exc, self._transient):
                     if transport is not None:
@@ -349,6 +354,9 @@ _Target = tuple["CommandTransport", bool]
 # As redis-py's cluster client: a chain of redirects this long means a map that keeps
 # changing, not a slot in migration.
 _MAX_REDIRECTS = 16
+# A slot's move takes one redirect, a migration's ASK one more; past that the nodes disagree
+# (a failover spreading) and each further resend waits for the topology to settle.
+_PROMPT_REDIRECTS = 2
 _ASKING = pack("ASKING")
 # Error replies in a batch that the call alone, sent again, may not get.
 _ELSEWHERE = (MovedError, AskError, TryAgainError, ClusterDownError)

@@ -46,6 +46,9 @@ class Topology(Protocol):
     def failed(self, transport: CommandTransport, exc: Exception) -> None:
         """A send on ``transport`` failed with ``exc`` (lost, timed out, or transient)."""
 
+    async def settle(self) -> None:
+        """Wait before a call redirected several times is sent again (the layout is moving)."""
+
     def transports(self) -> list[CommandTransport]:
         """Every command connection there is now."""
 
@@ -79,6 +82,10 @@ class OneServer:
             transport.reset(
                 RedisConnectionError(f"aiolock: the server is no longer the primary ({exc})")
             )
+
+    async def settle(self) -> None:
+        # Never reached: one server never redirects (redirected() raises).
+        return
 
     def transports(self) -> list[CommandTransport]:
         return [self._transport]

@@ -13,16 +13,19 @@ from ._exceptions import LockTimeoutError as LockTimeoutError
 from ._exceptions import LockUpgradeError as LockUpgradeError
 from ._exceptions import ReplicaAckError as ReplicaAckError
 from ._fair_lock import FairLock as FairLock
+from ._fenced import FencedLock as FencedLock
 from ._handle import LockStatistics as LockStatistics
 from ._lock import Lock as Lock
 from ._rwlock import ReadLock as ReadLock
 from ._rwlock import ReadWriteLock as ReadWriteLock
 from ._rwlock import WriteLock as WriteLock
+from ._spin import SpinLock as SpinLock
 
 __all__ = (
     "Client",
     "ClientClosedError",
     "FairLock",
+    "FencedLock",
     "Lock",
     "LockError",
     "LockLostError",
@@ -33,6 +36,7 @@ __all__ = (
     "ReadLock",
     "ReadWriteLock",
     "ReplicaAckError",
+    "SpinLock",
     "WriteLock",
 )
 

@@ -17,6 +17,7 @@ from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
 from ._config import ClientOptions, Settings, TimeArg
 from ._engine import Engine
 from ._fair_lock import FairLock
+from ._fenced import FencedLock
 from ._holders import HolderIds
 from ._holds import HoldRegistry
 from ._latches import LatchSweeper
@@ -27,6 +28,7 @@ from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
 from ._scripts import ScriptRunner
 from ._sentinel import SentinelWatch
+from ._spin import SpinLock
 from ._topology import OneServer
 from ._transport import CommandTransport
 from ._waiting import WaitingRoom
@@ -264,6 +266,14 @@ class Client:
     def read_write_lock(self, name: str, *, owner: str | None = None) -> ReadWriteLock:
         """A read-write lock (RReadWriteLock layout): ``.read_lock()``, ``.write_lock()``."""
         return ReadWriteLock(self._engine, name, owner=owner)
+
+    def fenced_lock(self, name: str, *, owner: str | None = None) -> FencedLock:
+        """A reentrant lock whose every acquisition takes a growing token (RFencedLock)."""
+        return FencedLock(self._engine, name, owner=owner)
+
+    def spin_lock(self, name: str, *, owner: str | None = None) -> SpinLock:
+        """A reentrant lock whose waiters poll with back-off, no pub/sub (RSpinLock)."""
+        return SpinLock(self._engine, name, owner=owner)
 
     # -- lifecycle ------------------------------------------------------------------------
 

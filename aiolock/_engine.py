@@ -138,12 +138,23 @@ class Engine:
     # -- acquiring ------------------------------------------------------------------------
 
     async def acquire(
-        self, p: Primitive, owner: str | None, wait: float | None, lease: float | None
+        self,
+        p: Primitive,
+        owner: str | None,
+        wait: float | None,
+        lease: float | None,
+        *,
+        receipt: list[int] | None = None,
     ) -> bool:
-        """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out."""
+        """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
+
+        ``receipt``: the acquisition's token is appended to it (a fenced lock's).
+        """
         mark, task = self._call_starts()
         try:
-            return await self._acquire(p, owner, wait, lease, mark=mark, calling=task)
+            return await self._acquire(
+                p, owner, wait, lease, mark=mark, calling=task, receipt=receipt
+            )
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
@@ -184,6 +195,7 @@ class Engine:
         *,
         mark: int,
         calling: asyncio.Task[Any] | None,
+        receipt: list[int] | None,
     ) -> bool:
         holder, task = self.holder(owner, calling)
         p.check_acquire(holder, self._holds)
@@ -192,7 +204,9 @@ class Engine:
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         won_lease = None if lease is None else lease_ms
-        call = Call(holder, task, field, lease_ms, won_lease, wait, deadline, mark)
+        call = Call(holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt)
+        if p.polls:
+            return await self._acquire_polling(p, call)
 
         # Others of this client already wait on this lock: join their subscription and
         # register before the first attempt, so no second attempt is needed to close the
@@ -229,6 +243,41 @@ class Engine:
             await self._give_up(p, call)
             return False
         return await self._wait(p, call, sub, waiter, reply.ttl_ms)
+
+    async def _acquire_polling(self, p: Primitive, call: Call) -> bool:
+        """Acquire a lock that publishes nothing (the spin lock): try, pause, try again.
+
+        Each pause is a waiter's bounded wait on the lock's channel in this client's
+        waiting room, never subscribed: nothing from the server wakes it, but this
+        client's own releases do (``_settle_release``), and so does ``aclose()``.
+        """
+        reply = await self._attempt(p, call)
+        if reply.acquired:
+            return True
+        loop = asyncio.get_running_loop()
+        room = self._waiting
+        channel = p.channel(call.holder)
+        room.enter(p.key, call.field)
+        try:
+            for pause in p.pauses():
+                if call.deadline is not None:
+                    remaining = call.deadline - loop.time()
+                    if remaining <= 0:
+                        await self._give_up(p, call)
+                        return False
+                    pause = min(pause, remaining)  # noqa: PLW2901 - bounded by the deadline
+                waiter = room.add(channel, p.wake_count, shared=False)
+                try:
+                    self.check_open()
+                    await waiter.wait(pause)
+                    self.check_open()
+                finally:
+                    room.remove(channel, waiter, leaving=False)
+                if (await self._attempt(p, call)).acquired:
+                    return True
+        finally:
+            room.leave(p.key, call.field)
+        raise AssertionError("pauses() ended")  # pragma: no cover - an endless iterator
 
     async def _wait(
         self,
@@ -475,7 +524,7 @@ class Engine:
             raise asyncio.CancelledError
         if reply.acquired:
             try:
-                self._won(p, call, reply.count)
+                self._won(p, call, reply.count, token=reply.token)
             finally:
                 ticket.release()
             return reply
@@ -522,8 +571,21 @@ class Engine:
 
         await self._until_answered(f"undo an acquire of lock {p.name!r}", undo, call.lease_ms)
 
-    def _won(self, p: Primitive, call: Call, count: int, *, lease_ms: int | None = None) -> None:
-        """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease."""
+    def _won(
+        self,
+        p: Primitive,
+        call: Call,
+        count: int,
+        *,
+        lease_ms: int | None = None,
+        token: int | None = None,
+    ) -> None:
+        """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease.
+
+        ``token``: what the acquisition took (a fenced lock's), for the call's receipt.
+        """
+        if token is not None and call.receipt is not None:
+            call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
         self._holds.acquired(
             key=p.key,
@@ -752,6 +814,9 @@ class Engine:
                 raise LockLostError(p.name, holder, why)
             raise LockNotOwnedError(p.name, holder, self._held_by_sibling(p.key, holder))
         self._latches.add(latch)
+        if result is Release.FREED and p.polls:
+            # Nothing was published: this client's own waiters need not wait out a pause.
+            self._waiting.deliver(p.channel(holder), b"0")
         if result is Release.DOWNGRADED:
             # Nothing was published (as in Redisson: the wire must match), yet this
             # client's own readers can get in now: wake them here rather than after their
@@ -785,6 +850,9 @@ class Engine:
             deleted = decode_force(await self._runner.run(*p.force()))
         except ResponseError as exc:
             raise script_error(p.name, p.key, exc) from exc
+        if deleted and p.polls:
+            # Nothing was published: wake this client's own waiters here.
+            self._waiting.deliver(p.channel(""), b"0")
         if deleted:
             # Only what was deleted is lost (a read-write lock's force_unlock() of the other
             # mode deletes nothing, and this client's holds on it stay valid).

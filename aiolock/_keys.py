@@ -11,6 +11,7 @@ __all__ = (
     "fair_channel_base",
     "fair_queue_key",
     "fair_timeout_key",
+    "fenced_token_key",
     "lock_channel",
     "prefixed",
     "rwlock_channel",
@@ -44,6 +45,11 @@ def unlock_latch_key(name: str, request_id: str) -> str:
 def acquire_tombstone_key(name: str, call_id: str) -> str:
     """The per-attempt tombstone a rollback leaves, so a late copy of the attempt is void."""
     return f"{prefixed('aiolock_acquire_cancel', name)}:{call_id}"
+
+
+def fenced_token_key(name: str) -> str:
+    """The fenced lock's token counter, which every acquisition advances."""
+    return prefixed("redisson_lock_token", name)
 
 
 def fair_queue_key(name: str) -> str:

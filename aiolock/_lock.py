@@ -39,6 +39,11 @@ class ExclusivePrimitive(Primitive):
     def channel(self, holder: str) -> str:
         return self.chan
 
+    @property
+    def publish(self) -> str:
+        """The command that publishes this lock's messages ('': none, where it polls)."""
+        return "" if self.polls else self.settings.publish
+
     def acquire(self, call: Call, target: int, tombstone: str) -> Invocation:
         return Invocation(
             load_script(self.acquire_script),
@@ -51,14 +56,20 @@ class ExclusivePrimitive(Primitive):
         return Invocation(
             load_script(self.rollback_script),
             [self.key, self.chan, tombstone],
-            [call.field, target, reapply_ms, s.publish, s.latch_ttl_ms],
+            [call.field, target, reapply_ms, self.publish, s.latch_ttl_ms],
         )
 
     def release(
         self, field: str, reapply_ms: int, latch: str, heir: Call | None = None
     ) -> Invocation:
         s = self.settings
-        args: list[str | int] = [self.unlock_message, reapply_ms, field, s.publish, s.latch_ttl_ms]
+        args: list[str | int] = [
+            self.unlock_message,
+            reapply_ms,
+            field,
+            self.publish,
+            s.latch_ttl_ms,
+        ]
         if heir is not None:
             args += [heir.field, heir.lease_ms]
         return Invocation(load_script(self.release_script), [self.key, self.chan, latch], args)
@@ -83,7 +94,7 @@ class LockPrimitive(ExclusivePrimitive):
         return Invocation(
             load_script("lock_force_unlock"),
             [self.key, self.chan],
-            [_UNLOCK_MESSAGE, self.settings.publish],
+            [_UNLOCK_MESSAGE, self.publish],
         )
 
 

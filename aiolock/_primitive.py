@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from ._config import check_name
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from ._config import Settings
     from ._holds import HoldRegistry
     from ._scripts import Script
@@ -54,6 +56,8 @@ class Call(NamedTuple):
     deadline: float | None
     # The task's count of cancel requests when the call started (see _cancel.py).
     mark: int
+    # Where the acquisition's token goes (a fenced lock's caller asks for it), else None.
+    receipt: list[int] | None = None
 
 
 class Primitive:
@@ -78,6 +82,10 @@ class Primitive:
     #: Waiters are shared: every message wakes them all, as what lets one in lets them
     #: all in (readers); else only as many as the message's count says.
     shared_waits: ClassVar[bool] = False
+    #: Nothing is published when the lock frees (the spin lock): waiters try again after
+    #: the pauses of ``pauses()`` instead of subscribing. This client's own releases
+    #: still wake its own waiters at once.
+    polls: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, name: str) -> None:
         self.settings = settings
@@ -89,6 +97,10 @@ class Primitive:
     def wake_count(self, data: bytes) -> int | None:
         """How many exclusive local waiters a message ``data`` on the channel wakes."""
         return lock_wake_count(data)
+
+    def pauses(self) -> Iterator[float]:  # pragma: no cover - only where ``polls``
+        """The seconds a polling waiter waits before each next attempt (fresh per call)."""
+        raise NotImplementedError
 
     def field(self, holder: str) -> str:
         """The hash field of ``holder`` (the write lock appends ``:write``)."""

@@ -23,23 +23,30 @@ class AcquireReply:
     ``acquired`` with ``count`` = the holder's reentrancy count after the call; otherwise
     ``ttl_ms`` = the ms left on the current holder's lease (-1: no expiry), or ``stale``
     with ``count`` = the holder's count on the server, which is not the one it believed
-    (nothing was taken).
+    (nothing was taken). A fenced lock's acquisition also has its ``token``.
     """
 
-    __slots__ = ("acquired", "count", "stale", "ttl_ms")
+    __slots__ = ("acquired", "count", "stale", "token", "ttl_ms")
 
     def __init__(
-        self, *, acquired: bool, count: int = 0, ttl_ms: int = -1, stale: bool = False
+        self,
+        *,
+        acquired: bool,
+        count: int = 0,
+        ttl_ms: int = -1,
+        stale: bool = False,
+        token: int | None = None,
     ) -> None:
         self.acquired = acquired
         self.count = count
         self.ttl_ms = ttl_ms
         self.stale = stale
+        self.token = token
 
     def __repr__(self) -> str:
         return (
             f"AcquireReply(acquired={self.acquired}, count={self.count}, "
-            f"ttl_ms={self.ttl_ms}, stale={self.stale})"
+            f"ttl_ms={self.ttl_ms}, stale={self.stale}, token={self.token})"
         )
 
     @classmethod
@@ -51,7 +58,7 @@ class AcquireReply:
         """
         status, value = int(raw[0]), int(raw[1])
         if status == 1:
-            return cls(acquired=True, count=value)
+            return cls(acquired=True, count=value, token=int(raw[2]) if len(raw) > 2 else None)
         if status == -2:
             return cls(acquired=False, stale=True, count=value)
         return cls(acquired=False, ttl_ms=value if status == 0 else 0)

@@ -35,7 +35,7 @@ async def assert_nothing_left(cluster: ClusterHandle, uid: str) -> None:
         keys = [
             key
             async for key in redis.scan_iter(match=f"*{uid}*")
-            if not key.startswith("aiolock_acquire_cancel:")
+            if not key.startswith(("aiolock_acquire_cancel:", "redisson_lock_token:"))
         ]
         channels = await redis.execute_command(  # type: ignore[no-untyped-call]
             "PUBSUB", "SHARDCHANNELS", f"*{uid}*"

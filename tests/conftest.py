@@ -37,7 +37,9 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
 
 # Tombstones of cancelled acquires outlive the test by design (they expire on their own
 # after a few seconds); they are not lock state.
-_TRANSIENT_PREFIXES = ("aiolock_acquire_cancel:",)
+# Keys that outlive a test by design, each with a TTL: acquire tombstones, and a fenced
+# lock's token counter (tokens must keep growing after the lock is gone: test_fenced.py).
+_TRANSIENT_PREFIXES = ("aiolock_acquire_cancel:", "redisson_lock_token:")
 
 
 # Every asyncio connection redis-py makes in this process, with where it was made: a test

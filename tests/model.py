@@ -32,7 +32,9 @@ __all__ = (
     "linearizations",
 )
 
-Kind = Literal["lock", "fair", "rw"]
+# "fenced" and "spin" follow the reentrant lock's rules ("lock"); their machines check that
+# the rules hold with a token taken per acquisition, and with waiters that poll.
+Kind = Literal["lock", "fair", "rw", "fenced", "spin"]
 View = Literal["x", "r", "w"]
 OpKind = Literal["lock", "try0", "trywait", "unlock", "force"]
 Field = tuple[str, View]

@@ -76,7 +76,14 @@ __all__ = (
 
 T = TypeVar("T")
 
-AnyLock: TypeAlias = aiolock.Lock | aiolock.FairLock | aiolock.ReadLock | aiolock.WriteLock
+AnyLock: TypeAlias = (
+    aiolock.Lock
+    | aiolock.FairLock
+    | aiolock.ReadLock
+    | aiolock.WriteLock
+    | aiolock.FencedLock
+    | aiolock.SpinLock
+)
 Releaser: TypeAlias = Callable[[], Awaitable[object]]
 
 #: The highest k swept every round: the calls complete within 5-80 iterations as a rule.
@@ -91,7 +98,7 @@ CALL_LIMIT = 15.0
 STEP_LIMIT = 15.0
 #: Keys that outlive a case by design: cancel tombstones and unlock latches expire (or are
 #: swept) on their own; they are not lock state.
-_TRANSIENT = ("aiolock_acquire_cancel:", "redisson_unlock_latch:")
+_TRANSIENT = ("aiolock_acquire_cancel:", "redisson_unlock_latch:", "redisson_lock_token:")
 
 
 class Kind(enum.Enum):
@@ -101,6 +108,8 @@ class Kind(enum.Enum):
     FAIR = "fair_lock"
     READ = "read_lock"
     WRITE = "write_lock"
+    FENCED = "fenced_lock"
+    SPIN = "spin_lock"
 
 
 class Call(enum.Enum):
@@ -173,6 +182,8 @@ def scenarios_of(call: Call, kind: Kind) -> tuple[Scenario, ...]:
     The hand-over scenarios apply where a release hands over (the reentrant lock).
     """
     hands_over = kind is Kind.LOCK
+    # A spin lock's waiter never subscribes: racing the subscription is racing the wait.
+    subscribes = kind is not Kind.SPIN
     if call is Call.TRY0:
         return (Scenario.FREE, Scenario.REENTRANT, Scenario.RACED)
     if call.acquires:
@@ -180,7 +191,7 @@ def scenarios_of(call: Call, kind: Kind) -> tuple[Scenario, ...]:
             Scenario.FREE,
             Scenario.REENTRANT,
             Scenario.RACED,
-            Scenario.RACED_SUBSCRIBING,
+            *((Scenario.RACED_SUBSCRIBING,) if subscribes else ()),
             Scenario.RACED_EARLY,
             *((Scenario.RACED_SIBLING,) if hands_over else ()),
         )
@@ -211,7 +222,7 @@ class Spec:
 
 
 def all_specs() -> list[Spec]:
-    """Every combination: 4 lock types x 9 calls x their 3 or 4 scenarios x (task, owner=)."""
+    """Every combination: 6 lock types x 9 calls x their 3 or 4 scenarios x (task, owner=)."""
     return [
         Spec(kind, call, scenario, owner)
         for kind in Kind
@@ -246,6 +257,10 @@ def handle(client: aiolock.Client, kind: Kind, name: str, owner: str | None) -> 
         return client.lock(name, owner=owner)
     if kind is Kind.FAIR:
         return client.fair_lock(name, owner=owner)
+    if kind is Kind.FENCED:
+        return client.fenced_lock(name, owner=owner)
+    if kind is Kind.SPIN:
+        return client.spin_lock(name, owner=owner)
     rw = client.read_write_lock(name, owner=owner)
     return rw.read_lock() if kind is Kind.READ else rw.write_lock()
 
@@ -266,13 +281,16 @@ def rival_handle(client: aiolock.Client, kind: Kind, name: str, *, same: bool = 
     return handle(client, kind if same else rival_kind(kind), name, "rival")
 
 
-def parked(client: aiolock.Client, name: str) -> bool:
+def parked(client: aiolock.Client, name: str, kind: Kind | None = None) -> bool:
     """Whether a waiter of ``client`` is registered on a confirmed subscription of ``name``.
 
     ``statistics().tasks_waiting`` counts a call from the moment it starts waiting, before
     it has subscribed; a release sent then races the subscription instead of waking a
-    waiter. (The dispatcher's internals: no public call tells.)
+    waiter. (The dispatcher's internals: no public call tells.) A spin lock's waiter
+    subscribes to nothing: it is parked as soon as it waits.
     """
+    if kind is Kind.SPIN:
+        return handle(client, kind, name, "probe").statistics().tasks_waiting > 0
     return any(
         name in channel_name
         and channel.confirmed.is_set()
@@ -534,7 +552,8 @@ class _Case:
             await self._take(call)
             self.rival_waiter = asyncio.create_task(self.rival.lock())
             b, name = self.sweep.b, self.name
-            await wait_until(lambda: parked(b, name), what="the rival waits, subscribed")
+            kind = self.spec.kind
+            await wait_until(lambda: parked(b, name, kind), what="the rival waits, subscribed")
         elif scenario is Scenario.HANDED:
             await self._take(call)
             self.sibling = Holder(f"sibling-{self.spec.id}-{self.k}")
@@ -586,13 +605,13 @@ class _Case:
         scenario = self.spec.scenario
         if scenario in _RACED:
             release = self.rival.unlock
-            probe, a, name = self.probe, self.sweep.a, self.name
+            probe, a, name, kind = self.probe, self.sweep.a, self.name, self.spec.kind
             if self.spec.call is Call.TRY0 or scenario is Scenario.RACED_EARLY:
                 release_due = None  # at iteration 0
             elif scenario is Scenario.RACED:
 
                 def release_due(_hop: int) -> bool:
-                    return parked(a, name)
+                    return parked(a, name, kind)
 
             else:
 

@@ -165,7 +165,7 @@ async def _defect1_case(
             await asyncio.Event().wait()
 
     task = asyncio.create_task(waiter())
-    await wait_until(lambda: parked(client, lock_name), what="the waiter waits, subscribed")
+    await wait_until(lambda: parked(client, lock_name, kind), what="the waiter waits, subscribed")
     # The release and the cancel chain start in the same step: hop j is j iterations
     # after the release was sent.
     release = asyncio.create_task(rival.unlock())
@@ -228,7 +228,9 @@ async def test_defect8_reentry_is_immediate_while_another_local_task_waits(
         await other.unlock()
 
     other_task = asyncio.create_task(other_waits_then_takes_it())
-    await wait_until(lambda: parked(client, name), what="the other task waits, subscribed")
+    await wait_until(
+        lambda: parked(client, name, other_kind), what="the other task waits, subscribed"
+    )
     reentry = holder.submit(lock.lock)
     try:
         # "At once": before 50 sequential round trips of a plain command on another

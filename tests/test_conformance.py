@@ -67,6 +67,8 @@ class LockKind:
 LOCK_FACTORIES: list[LockKind] = [
     LockKind("Lock", lambda client, name, **kw: client.lock(name, **kw)),
     LockKind("FairLock", lambda client, name, **kw: client.fair_lock(name, **kw)),
+    LockKind("FencedLock", lambda client, name, **kw: client.fenced_lock(name, **kw)),
+    LockKind("SpinLock", lambda client, name, **kw: client.spin_lock(name, **kw)),
 ]
 
 

@@ -31,6 +31,7 @@ from aiolock._primitive import Call
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
+from .helpers import wait_until
 from .test_conformance import LOCK_FACTORIES, LockKind, LockLike
 
 # Safety net only: every call below ends on its own, with a result or an error.
@@ -548,7 +549,9 @@ async def test_acl_forbids_script_load(guarded: Guarded, name: str, kind: LockKi
 
 
 # A fair lock's release publishes only to a queued waiter, so a lone holder never needs it.
-PUBLISHING = [param for param in ALL if param.id != "FairLock"]
+# A spin lock never publishes nor subscribes (test_spin_lock_needs_no_pubsub_permission).
+PUBLISHING = [param for param in ALL if param.id not in {"FairLock", "SpinLock"}]
+SUBSCRIBING = [param for param in ALL if param.id != "SpinLock"]
 
 
 @pytest.fixture
@@ -663,7 +666,7 @@ _OPERATIONS = [
     pytest.param(kind, operation, id=f"{kind.id}-{operation}")
     for kind in KINDS
     for operation in ["unlock", "force_unlock", "rollback", "leave"]
-    if operation != "leave" or kind.id == "FairLock"
+    if (operation != "leave" or kind.id == "FairLock") and kind.id != "SpinLock"
 ]
 
 
@@ -691,7 +694,33 @@ async def test_publish_refused_by_acl_changes_nothing(
         await client.aclose()
 
 
-@pytest.mark.parametrize("kind", ALL)
+@pytest.mark.parametrize("user", ["nopublish", "nosubscribe"])
+async def test_spin_lock_needs_no_pubsub_permission(
+    guarded: Guarded, guarded_admin: redis.Redis, name: str, user: str
+) -> None:
+    """A spin lock is taken, waited for, and released without PUBLISH or SUBSCRIBE."""
+    client = aiolock.Client.from_url(guarded.url(user, _ACL_PASSWORD))
+    holder = client.spin_lock(name, owner="holder")
+    try:
+        await holder.lock()
+
+        async def take() -> bool:
+            spin = client.spin_lock(name)
+            taken = await spin.try_lock(wait=LIMIT)
+            await spin.unlock()
+            return taken
+
+        waiter = asyncio.create_task(take())
+        await wait_until(lambda: holder.statistics().tasks_waiting == 1)
+        await holder.unlock()
+        async with asyncio.timeout(LIMIT):
+            assert await waiter
+        assert not guarded_admin.exists(name)
+    finally:
+        await client.aclose()
+
+
+@pytest.mark.parametrize("kind", SUBSCRIBING)
 async def test_acl_forbids_subscribe(
     guarded: Guarded,
     guarded_admin: redis.Redis,

@@ -80,7 +80,14 @@ from .model import (
 )
 
 T = TypeVar("T")
-Handle = aiolock.Lock | aiolock.FairLock | aiolock.ReadLock | aiolock.WriteLock
+Handle = (
+    aiolock.Lock
+    | aiolock.FairLock
+    | aiolock.ReadLock
+    | aiolock.WriteLock
+    | aiolock.FencedLock
+    | aiolock.SpinLock
+)
 
 CLIENTS = "AB"
 ACTORS = 3
@@ -94,7 +101,7 @@ STEP_LIMIT = 60.0
 #: Under --faults, client B's watchdog_timeout: its leases run out within an example.
 SHORT_LEASE = 1.0
 #: Keys that outlive a call by design and expire on their own: not lock state.
-TRANSIENT = ("aiolock_acquire_cancel:", "redisson_unlock_latch:")
+TRANSIENT = ("aiolock_acquire_cancel:", "redisson_unlock_latch:", "redisson_lock_token:")
 
 #: Examples and steps run per machine, for the closing line of each test.
 RUNS: dict[str, dict[str, int]] = {}
@@ -418,6 +425,10 @@ class _Machine(RuleBasedStateMachine):
             return c.lock(self.name, owner=owner)
         if self.kind == "fair":
             return c.fair_lock(self.name, owner=owner)
+        if self.kind == "fenced":
+            return c.fenced_lock(self.name, owner=owner)
+        if self.kind == "spin":
+            return c.spin_lock(self.name, owner=owner)
         rw = c.read_write_lock(self.name, owner=owner)
         return rw.read_lock() if view == "r" else rw.write_lock()
 
@@ -1043,6 +1054,16 @@ class ReadWriteLockMachine(_Machine):
     views = ("r", "w")
 
 
+class FencedLockMachine(_Machine):
+    kind = "fenced"
+    views = ("x",)
+
+
+class SpinLockMachine(_Machine):
+    kind = "spin"
+    views = ("x",)
+
+
 # -- the tests -------------------------------------------------------------------------------
 
 
@@ -1075,8 +1096,8 @@ def settings_for(request: pytest.FixtureRequest) -> settings:
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(
     "machine",
-    [LockMachine, FairLockMachine, ReadWriteLockMachine],
-    ids=["lock", "fair_lock", "read_write_lock"],
+    [LockMachine, FairLockMachine, ReadWriteLockMachine, FencedLockMachine, SpinLockMachine],
+    ids=["lock", "fair_lock", "read_write_lock", "fenced_lock", "spin_lock"],
 )
 def test_model(
     machine: type[_Machine],

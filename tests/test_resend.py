@@ -88,6 +88,23 @@ async def test_acquire_whose_reply_was_lost_counts_once(
     assert await raw.exists(name) == 0
 
 
+async def test_fenced_acquire_whose_reply_was_lost_takes_one_token(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A resent fenced acquire answers the token its first send took, and takes no other."""
+    fenced = proxied.fenced_lock(name, owner="o")
+    before = await fenced.lock_and_get_token()
+    await fenced.unlock()
+    drop = proxy.drop_reply(script("lock_acquire"))
+    token = await fenced.lock_and_get_token()
+    assert drop.executed.is_set()
+    assert token == before + 1
+    assert await raw.get(f"redisson_lock_token:{{{name}}}") == str(token)
+    assert await raw.hget(name, f"{proxied.id}:owner:o") == "1"
+    await fenced.unlock()
+    assert await raw.exists(name) == 0
+
+
 async def test_unlock_whose_reply_was_lost_releases_once(
     proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
 ) -> None:

@@ -3,7 +3,7 @@
 -- KEYS[1]  lock hash
 -- KEYS[2]  lock channel
 -- ARGV[1]  unlock message "0"
--- ARGV[2]  publish command
+-- ARGV[2]  publish command, or '' for none (the spin lock)
 --
 -- Returns 1 if a lock was deleted (and the message published), else 0. Fails with a
 -- WRONGTYPE error, changing nothing, if KEYS[1] holds another type: that is somebody's
@@ -11,6 +11,9 @@
 --
 -- The message is published before the key is deleted: a refused PUBLISH (ACL) then fails
 -- the script with nothing changed. Subscribers receive it after the script either way.
+
+--@include notify
+
 local kind = redis.call('type', KEYS[1]).ok
 if kind == 'none' then
     return 0
@@ -18,6 +21,6 @@ end
 if kind ~= 'hash' then
     return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
 end
-redis.call(ARGV[2], KEYS[2], ARGV[1])
+notify(ARGV[2], KEYS[2], ARGV[1])
 redis.call('del', KEYS[1])
 return 1

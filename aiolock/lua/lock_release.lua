@@ -7,7 +7,7 @@
 -- ARGV[1]  unlock message "0"
 -- ARGV[2]  lease in ms to re-apply while holds remain
 -- ARGV[3]  holder id
--- ARGV[4]  publish command: PUBLISH or SPUBLISH
+-- ARGV[4]  publish command: PUBLISH or SPUBLISH, or '' for none (the spin lock)
 -- ARGV[5]  latch TTL in ms
 -- ARGV[6]  (optional) holder id to hand the lock to, if this release frees it
 -- ARGV[7]  (optional) that holder's lease in ms
@@ -24,6 +24,7 @@
 
 --@include latch
 --@include hold
+--@include notify
 
 local function free()
     local heir = ARGV[6]
@@ -34,7 +35,7 @@ local function free()
         redis.call('pexpire', KEYS[1], ARGV[7])
         return 3
     end
-    redis.call(ARGV[4], KEYS[2], ARGV[1])
+    notify(ARGV[4], KEYS[2], ARGV[1])
     redis.call('del', KEYS[1])
     return 1
 end

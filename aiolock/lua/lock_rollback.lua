@@ -7,7 +7,7 @@
 -- ARGV[1]  holder id
 -- ARGV[2]  the count the acquire would have produced
 -- ARGV[3]  lease in ms to re-apply while holds remain
--- ARGV[4]  publish command
+-- ARGV[4]  publish command, or '' for none (the spin lock)
 -- ARGV[5]  tombstone TTL in ms
 --
 -- Returns 1 if the acquire had taken a hold and it was given back, 0 if it had not. The
@@ -18,9 +18,10 @@
 
 --@include hold
 --@include rollback
+--@include notify
 
 local function free()
-    redis.call(ARGV[4], KEYS[2], '0')
+    notify(ARGV[4], KEYS[2], '0')
     redis.call('del', KEYS[1])
 end
 local function give_back()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import sys
 import time
@@ -33,7 +34,8 @@ WORKER = Path(__file__).with_name("worker.py")
 EXCLUSIVE_OUTCOMES_REPORTED = frozenset({"lost"})
 # Keys that expire on their own by design and are not lock state: tombstones of cancelled
 # acquires and the latches of finished unlocks.
-TRANSIENT_MARKERS = ("aiolock_acquire_cancel:", "redisson_unlock_latch:")
+# Keys that expire on their own (a fenced lock's token counter outlives its lock by design).
+TRANSIENT_MARKERS = ("aiolock_acquire_cancel:", "redisson_unlock_latch:", "redisson_lock_token:")
 KIND_GROUPS = {"lock": "lock", "fair": "fair", "read": "rw", "write": "rw"}
 SHARED = frozenset({"read"})
 
@@ -42,7 +44,7 @@ SHARED = frozenset({"read"})
 class Load:
     """What the workers do: how many, on which lock kinds, for how long."""
 
-    kinds: tuple[str, ...] = ("lock", "fair", "read", "write")
+    kinds: tuple[str, ...] = ("lock", "fair", "read", "write", "fenced", "spin")
     processes: int = 4
     tasks: int = 16
     names_per_kind: int = 2
@@ -89,6 +91,8 @@ class Hold:
     outcome: str
     called: float
     """When the acquire began: ``start - called`` is how long it waited."""
+    token: int | None = None
+    """A fenced lock's token for this hold."""
 
 
 @dataclass
@@ -145,6 +149,23 @@ class Result:
         return sum(int(s[section].get(key, 0)) for s in self.summaries)
 
     @property
+    def unfenced(self) -> list[tuple[Hold, Hold]]:
+        """Consecutive fenced holds of one name whose tokens did not grow.
+
+        Holds of one name never overlap unreported, so their start order is the order the
+        server granted them: a fencing token must be larger each time.
+        """
+        by_name: dict[str, list[Hold]] = {}
+        for hold in self.holds:
+            if hold.token is not None:
+                by_name.setdefault(hold.name, []).append(hold)
+        pairs = []
+        for holds in by_name.values():
+            holds.sort(key=lambda hold: hold.start)
+            pairs += [(a, b) for a, b in itertools.pairwise(holds) if b.token <= a.token]  # type: ignore[operator]
+        return pairs
+
+    @property
     def by_kind(self) -> Counter[str]:
         """Holds per lock kind."""
         return Counter(hold.kind for hold in self.holds)
@@ -162,6 +183,8 @@ class Result:
                 found.append(f"counter of {name} is {value}, expected {expected}")
         if self.leftovers:
             found.append(f"left on the server: {self.leftovers[:10]}")
+        for a, b in self.unfenced[:5]:
+            found.append(f"fencing token did not grow on {a.name}: {a} then {b}")
         lost = self.total("lost")
         if lost and not lost_allowed:
             found.append(f"{lost} holds lost their lease in a scenario that must keep them")
@@ -311,7 +334,7 @@ async def run_checker(
             for line in log.read_text().splitlines():
                 d = json.loads(line)
                 result.holds.append(
-                    Hold(d["p"], d["k"], d["n"], d["h"], d["s"], d["e"], d["o"], d["c"])
+                    Hold(d["p"], d["k"], d["n"], d["h"], d["s"], d["e"], d["o"], d["c"], d.get("t"))
                 )
     result.overlaps = find_overlaps(result.holds)
     await _check_servers(

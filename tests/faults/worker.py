@@ -19,13 +19,14 @@ of the process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import random
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,14 @@ from redis.retry import Retry
 
 import aiolock
 
-Handle = aiolock.Lock | aiolock.FairLock | aiolock.ReadLock | aiolock.WriteLock
+Handle = (
+    aiolock.Lock
+    | aiolock.FairLock
+    | aiolock.ReadLock
+    | aiolock.WriteLock
+    | aiolock.FencedLock
+    | aiolock.SpinLock
+)
 
 #: Every lock type under test: kind -> how to get a handle. A new type plugs in here.
 KINDS: dict[str, Callable[[aiolock.Client, str], Handle]] = {
@@ -46,9 +54,26 @@ KINDS: dict[str, Callable[[aiolock.Client, str], Handle]] = {
     "fair": lambda client, name: client.fair_lock(name),
     "read": lambda client, name: client.read_write_lock(name).read_lock(),
     "write": lambda client, name: client.read_write_lock(name).write_lock(),
+    "fenced": lambda client, name: client.fenced_lock(name),
+    "spin": lambda client, name: client.spin_lock(name),
 }
 #: Kinds whose holders share the lock with each other (but never with another kind).
 SHARED = frozenset({"read"})
+
+
+@contextlib.asynccontextmanager
+async def _held(handle: Handle) -> AsyncIterator[int | None]:
+    """``async with handle``, yielding a fenced lock's token (None for the others)."""
+    if not isinstance(handle, aiolock.FencedLock):
+        async with handle:
+            yield None
+        return
+    token = await handle.lock_and_get_token()
+    try:
+        yield token
+    finally:
+        await handle.unlock()
+
 
 # What a user's code sees when the server is unreachable for longer than the retries.
 _TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -113,6 +138,7 @@ class Worker:
         start: float,
         end: float,
         how: str,
+        token: int | None = None,
     ) -> None:
         """Log one hold; ``how``: ok, lost, cancelled, unlock-error, exited-holding."""
         self.outcomes[how] += 1
@@ -126,6 +152,8 @@ class Worker:
             "e": end,
             "o": how,
         }
+        if token is not None:
+            line["t"] = token
         self.log.write(json.dumps(line) + "\n")
 
     async def run(self) -> dict[str, Any]:
@@ -234,7 +262,7 @@ class Worker:
         holder = handle._engine.holder(handle._owner)[0]
         try:
             async with asyncio.timeout(cancel_after):
-                async with handle:
+                async with _held(handle) as token:
                     start = time.monotonic()
                     self.max_wait[kind] = max(self.max_wait.get(kind, 0.0), start - called)
                     try:
@@ -253,7 +281,9 @@ class Worker:
             await asyncio.sleep(self.rng.uniform(0.01, 0.05))
         if start is not None:
             assert end is not None
-            self.record(kind, name, holder, called=called, start=start, end=end, how=how)
+            self.record(
+                kind, name, holder, called=called, start=start, end=end, how=how, token=token
+            )
 
     async def work(self, kind: str, name: str, resource: Redis, *, starve: bool) -> None:
         """The critical section: a non-atomic increment (only by exclusive holders)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._client import Client as Client
+from ._count_down_latch import CountDownLatch as CountDownLatch
 from ._exceptions import ClientClosedError as ClientClosedError
 from ._exceptions import LockError as LockError
 from ._exceptions import LockLostError as LockLostError
@@ -19,11 +20,13 @@ from ._lock import Lock as Lock
 from ._rwlock import ReadLock as ReadLock
 from ._rwlock import ReadWriteLock as ReadWriteLock
 from ._rwlock import WriteLock as WriteLock
+from ._semaphore import Semaphore as Semaphore
 from ._spin import SpinLock as SpinLock
 
 __all__ = (
     "Client",
     "ClientClosedError",
+    "CountDownLatch",
     "FairLock",
     "FencedLock",
     "Lock",
@@ -36,6 +39,7 @@ __all__ = (
     "ReadLock",
     "ReadWriteLock",
     "ReplicaAckError",
+    "Semaphore",
     "SpinLock",
     "WriteLock",
 )

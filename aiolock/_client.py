@@ -15,6 +15,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from ._background import Background
 from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
 from ._config import ClientOptions, Settings, TimeArg
+from ._count_down_latch import CountDownLatch
 from ._engine import Engine
 from ._fair_lock import FairLock
 from ._fenced import FencedLock
@@ -27,6 +28,7 @@ from ._pubsub import Dispatcher, PubSub
 from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
 from ._scripts import ScriptRunner
+from ._semaphore import Semaphore
 from ._sentinel import SentinelWatch
 from ._spin import SpinLock
 from ._topology import OneServer
@@ -125,6 +127,7 @@ class Client:
             # Where a cluster's servers have sharded pub/sub, Redisson publishes with
             # SPUBLISH; aiolock requires it there (see _cluster.py).
             publish="SPUBLISH" if on_cluster else "PUBLISH",
+            cluster=on_cluster,
             replica_acks=options.replica_acks,
             replica_ack_timeout=options.replica_ack_timeout,
         )
@@ -274,6 +277,14 @@ class Client:
     def spin_lock(self, name: str, *, owner: str | None = None) -> SpinLock:
         """A reentrant lock whose waiters poll with back-off, no pub/sub (RSpinLock)."""
         return SpinLock(self._engine, name, owner=owner)
+
+    def semaphore(self, name: str) -> Semaphore:
+        """A counting semaphore (Redisson RSemaphore layout); permits have no owner."""
+        return Semaphore(self._engine, name)
+
+    def count_down_latch(self, name: str) -> CountDownLatch:
+        """A count-down latch (Redisson RCountDownLatch layout)."""
+        return CountDownLatch(self._engine, name)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from datetime import timedelta
 __all__ = (
     "ClientOptions",
     "Settings",
+    "check_count",
     "check_name",
     "check_owner",
     "lease_seconds",
@@ -82,6 +83,15 @@ def check_name(name: object, what: str = "name") -> str:
             "different cluster slots (use a non-empty '{tag}' or no braces)"
         )
     return name
+
+
+def check_count(value: object, what: str, *, minimum: int) -> int:
+    """Validate a number of permits or a count: an ``int`` (not a bool) >= ``minimum``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{what} must be an int, not {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    return value
 
 
 def check_owner(owner: object) -> str | None:
@@ -190,6 +200,8 @@ class Settings:
     key_prefix: str = ""
     #: The command that publishes from a script: PUBLISH (SPUBLISH on a sharded cluster).
     publish: str = "PUBLISH"
+    #: The client talks to a Redis Cluster (some names cannot work there).
+    cluster: bool = False
     #: Replicas that must acknowledge each acquisition (0: none asked), and how long the
     #: server waits for them.
     replica_acks: int = 0

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from ._holds import Hold, HoldRegistry
     from ._latches import LatchSweeper
     from ._ordering import CallOrder, Ticket
-    from ._primitive import Invocation, Primitive
+    from ._primitive import Invocation, Primitive, Waitable
     from ._pubsub import PubSub, Subscription
     from ._renewal import RenewalService
     from ._scripts import ScriptRunner
@@ -57,6 +57,9 @@ T = TypeVar("T")
 # The server did not answer (after the client's own retries): the call may or may not have
 # taken effect. Background completions resend through these; anything else is an answer.
 _UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
+# A wait for a semaphore or a latch re-reads the state at least this often (seconds): a
+# lost message then costs at most this much latency. Their state has no lease to bound by.
+_RECHECK = 5.0
 # A refused login is a ConnectionError to redis-py, but the command never ran: there is
 # nothing to complete or undo, and resending cannot succeed.
 _REFUSED = (AuthenticationError,)
@@ -863,7 +866,7 @@ class Engine:
 
     # -- queries --------------------------------------------------------------------------
 
-    async def query(self, p: Primitive, *args: str) -> Any:
+    async def query(self, p: Waitable, *args: str) -> Any:
         """Run one plain command about ``p``."""
         return await self._one_shot(p, lambda: self._runner.command(*args))
 
@@ -871,7 +874,7 @@ class Engine:
         """Run a read-only script about ``p``."""
         return await self._one_shot(p, lambda: self._runner.run(*invocation))
 
-    async def _one_shot(self, p: Primitive, send: Callable[[], Awaitable[T]]) -> T:
+    async def _one_shot(self, p: Waitable, send: Callable[[], Awaitable[T]]) -> T:
         """A call that changes nothing: an error reply names ``p``, a cancel wins."""
         mark = cancel_mark()
         self.check_open()
@@ -898,6 +901,182 @@ class Engine:
                 raise error from reply
         return replies
 
+    # -- the counting objects: the semaphore and the count-down latch ---------------------
+
+    async def change(
+        self, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+    ) -> Any:
+        """Run a change of ``w`` (a release of permits, a count-down), exactly once.
+
+        ``invocation_for(latch)`` is the script call; ``latch`` is a key of this call alone
+        in which the script keeps its first answer, so that a resend replays it instead of
+        changing ``w`` twice. Cancelled or cut off in flight, the change is finished in the
+        background, resent until answered, as an unlock is; the caller still gets its error.
+        """
+        mark, _ = self._call_starts()
+        try:
+            reply = await self._change(w, invocation_for, what)
+        except Exception as exc:
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
+        finally:
+            self._background.call_ended()
+        if cancelled_since(mark):
+            # Made, but a cancel came meanwhile (swallowed below aiolock): say so.
+            raise asyncio.CancelledError
+        return reply
+
+    async def _change(
+        self, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+    ) -> Any:
+        latch = unlock_latch_key(w.key, self._request_id())
+        invocation = invocation_for(latch)
+        try:
+            reply = await self._runner.run(*invocation)
+        except ResponseError as exc:
+            raise script_error(w.name, w.key, exc) from exc
+        except BaseException as exc:
+            if _cut_off(exc):
+                self._background.spawn(self._finish_change(w, invocation, latch, what))
+            raise
+        self._latches.add(latch)
+        return reply
+
+    async def _finish_change(
+        self, w: Waitable, invocation: Invocation, latch: str, what: str
+    ) -> None:
+        """Resend a cut-off change (its latch replays a first send that landed)."""
+        answered = await self._until_answered(
+            f"{what} {w.name!r}",
+            lambda: self._runner.run(*invocation),
+            self.settings.resend_window_ms,
+            lost="the change may not have been made",
+        )
+        if answered is not None:
+            self._latches.add(latch)
+
+    async def take(
+        self,
+        w: Waitable,
+        attempt_for: Callable[[str], Invocation],
+        undo_for: Callable[[str], Invocation],
+        wait: float | None,
+    ) -> bool:
+        """Take from ``w`` (permits of a semaphore) once its script lets, within ``wait``.
+
+        ``attempt_for(tombstone)``: one attempt, answering 1 if it took and 0 if not; a
+        resend answers what the first send did. ``undo_for(tombstone)``: gives back what
+        that attempt took, if it took anything, and voids any copy of it still on its way.
+        An attempt cut off in flight, or answered after a cancel, is undone in the
+        background: a cancelled take never keeps what it took.
+        """
+        mark, _ = self._call_starts()
+
+        async def attempt() -> bool:
+            tombstone = acquire_tombstone_key(w.key, self._request_id())
+
+            def undo() -> None:
+                self._background.spawn(
+                    self._until_answered(
+                        f"give back what a cancelled call took from {w.name!r}",
+                        lambda: self._runner.run(*undo_for(tombstone)),
+                        self.settings.resend_window_ms,
+                        lost="it stays taken",
+                    )
+                )
+
+            try:
+                taken = bool(await self._runner.run(*attempt_for(tombstone)))
+            except ResponseError as exc:
+                raise script_error(w.name, w.key, exc) from exc
+            except _REFUSED:
+                raise
+            except BaseException:
+                undo()
+                raise
+            if self.closed or cancelled_since(mark):
+                if taken:
+                    undo()
+                if self.closed:
+                    raise ClientClosedError
+                raise asyncio.CancelledError
+            if taken:
+                # Taken for good: no resend or undo will look for the receipt any more.
+                self._latches.add(tombstone)
+            return taken
+
+        try:
+            return await self._wait_for(w, attempt, wait)
+        except Exception as exc:
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
+        finally:
+            self._background.call_ended()
+
+    async def await_condition(
+        self, w: Waitable, holds: Callable[[], Awaitable[bool]], wait: float | None
+    ) -> bool:
+        """Wait until ``holds()`` (a read: a latch at zero) is true, within ``wait``."""
+        mark, _ = self._call_starts()
+        try:
+            done = await self._wait_for(w, holds, wait)
+        finally:
+            self._background.call_ended()
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        return done
+
+    async def _wait_for(
+        self, w: Waitable, attempt: Callable[[], Awaitable[bool]], wait: float | None
+    ) -> bool:
+        """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
+
+        As a lock's wait: the waiter registers before each attempt, so a message published
+        while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
+        message costs latency, never liveness; a waiter woken for nothing passes its turn
+        on, so a message that lets someone in is never spent on one that cannot use it.
+        """
+        if await attempt():
+            return True
+        if wait == 0:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
+        room = self._waiting
+        channel = w.channel("")
+        room.enter(w.key, "")
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - loop.time()
+                sub = await self._dispatcher.subscribe(channel, remaining)
+                if sub is None:
+                    return False
+                try:
+                    while not sub.stale:
+                        waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
+                        done = False
+                        try:
+                            done = await attempt()
+                            if done:
+                                return True
+                            bound = _RECHECK
+                            if deadline is not None:
+                                bound = min(bound, deadline - loop.time())
+                                if bound <= 0:
+                                    return False
+                            self.check_open()
+                            await waiter.wait(bound)
+                            self.check_open()
+                        finally:
+                            # Woken, then beaten to it: the wake-up goes to the next one.
+                            room.remove(channel, waiter, leaving=not done)
+                finally:
+                    sub.release()
+        finally:
+            room.leave(w.key, "")
+
     # -- plumbing -------------------------------------------------------------------------
 
     async def _until_answered(
@@ -907,6 +1086,7 @@ class Engine:
         give_up_ms: int,
         *,
         on_unanswered: Callable[[], None] | None = None,
+        lost: str = "what it holds expires with its lease",
     ) -> tuple[T] | None:
         """Resend an idempotent ``call`` until the server answers, as a 1-tuple.
 
@@ -927,10 +1107,10 @@ class Engine:
                     on_unanswered()
                 if self.closed or loop.time() >= give_up_at:
                     log.warning(
-                        "aiolock: could not %s: the server did not answer (%s); what it "
-                        "holds expires with its lease",
+                        "aiolock: could not %s: the server did not answer (%s); %s",
                         what,
                         exc,
+                        lost,
                     )
                     return None
                 await asyncio.sleep(self.settings.retry_interval)

@@ -12,10 +12,12 @@ __all__ = (
     "fair_queue_key",
     "fair_timeout_key",
     "fenced_token_key",
+    "latch_channel",
     "lock_channel",
     "prefixed",
     "rwlock_channel",
     "rwlock_timeout_prefix",
+    "semaphore_channel",
     "suffixed",
     "unlock_latch_key",
     "write_holder",
@@ -35,6 +37,20 @@ def suffixed(name: str, suffix: str) -> str:
 def lock_channel(name: str) -> str:
     """The RLock/fenced lock channel, which receives ``0`` on full release."""
     return prefixed("redisson_lock__channel", name)
+
+
+def semaphore_channel(name: str) -> str:
+    """The semaphore's channel (both semaphore kinds): the new available count."""
+    return prefixed("redisson_sc", name)
+
+
+def latch_channel(name: str) -> str:
+    """The count-down latch's channel: ``0`` when it opens, ``1`` when a count is set.
+
+    Redisson always wraps the name in braces here, even a name with a hash tag of its own
+    (then the channel hashes elsewhere than the key: see CountDownLatch).
+    """
+    return f"redisson_countdownlatch__channel__{{{name}}}"
 
 
 def unlock_latch_key(name: str, request_id: str) -> str:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._holds import HoldRegistry
     from ._scripts import Script
 
-__all__ = ("Call", "Invocation", "Primitive", "lock_wake_count")
+__all__ = ("Call", "Invocation", "Primitive", "Waitable", "lock_wake_count")
 
 
 def lock_wake_count(data: bytes) -> int | None:
@@ -60,7 +60,39 @@ class Call(NamedTuple):
     receipt: list[int] | None = None
 
 
-class Primitive:
+class Waitable:
+    """What the engine's waiting needs of any object.
+
+    Its name and key, the channel that wakes its waiters, and how many waiters a message
+    wakes.
+
+    The counting objects (the semaphore, the count-down latch) are waitables with scripts
+    of their own; the lock types are waitables with holds (:class:`Primitive`).
+    """
+
+    __slots__ = ("key", "name", "settings")
+
+    #: Waiters are shared: every message wakes them all, as what lets one in lets them
+    #: all in (readers); else only as many as the message's count says.
+    shared_waits: ClassVar[bool] = False
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self.settings = settings
+        #: The name as the user gave it (for messages).
+        self.name = check_name(name)
+        #: The key that holds the state: holds, waits and a holder's calls are per key.
+        self.key = settings.key_prefix + name
+
+    def channel(self, holder: str) -> str:  # pragma: no cover - abstract
+        """The channel whose messages wake ``holder``'s waits."""
+        raise NotImplementedError
+
+    def wake_count(self, data: bytes) -> int | None:
+        """How many exclusive local waiters a message ``data`` on the channel wakes."""
+        return lock_wake_count(data)
+
+
+class Primitive(Waitable):
     """A lock type as the engine sees it: plain, sync methods, no I/O.
 
     A lock type subclasses it and supplies its scripts (``acquire``, ``rollback``,
@@ -68,7 +100,7 @@ class Primitive:
     hold woken by Redisson's lock messages.
     """
 
-    __slots__ = ("key", "name", "settings")
+    __slots__ = ()
 
     #: Newcomers queue behind this client's waiters instead of barging (lock types whose
     #: release wakes one waiter): else the task that just released, trying at once,
@@ -79,24 +111,10 @@ class Primitive:
     hands_over: ClassVar[bool] = False
     #: A waiter that gives up must tell the server (the fair lock's queue).
     leaves_queue: ClassVar[bool] = False
-    #: Waiters are shared: every message wakes them all, as what lets one in lets them
-    #: all in (readers); else only as many as the message's count says.
-    shared_waits: ClassVar[bool] = False
     #: Nothing is published when the lock frees (the spin lock): waiters try again after
     #: the pauses of ``pauses()`` instead of subscribing. This client's own releases
     #: still wake its own waiters at once.
     polls: ClassVar[bool] = False
-
-    def __init__(self, settings: Settings, name: str) -> None:
-        self.settings = settings
-        #: The name as the user gave it (for messages).
-        self.name = check_name(name)
-        #: The key that holds the state: holds, waits and a holder's calls are per key.
-        self.key = settings.key_prefix + name
-
-    def wake_count(self, data: bytes) -> int | None:
-        """How many exclusive local waiters a message ``data`` on the channel wakes."""
-        return lock_wake_count(data)
 
     def pauses(self) -> Iterator[float]:  # pragma: no cover - only where ``polls``
         """The seconds a polling waiter waits before each next attempt (fresh per call)."""
@@ -105,10 +123,6 @@ class Primitive:
     def field(self, holder: str) -> str:
         """The hash field of ``holder`` (the write lock appends ``:write``)."""
         return holder
-
-    def channel(self, holder: str) -> str:  # pragma: no cover - abstract
-        """The channel whose messages wake ``holder``'s waits."""
-        raise NotImplementedError
 
     def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
         """Raise if an acquire by ``holder`` can never succeed (an upgrade); else nothing."""

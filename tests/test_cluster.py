@@ -97,6 +97,50 @@ async def test_waiters_on_every_primary_are_woken_by_sharded_pubsub(
         assert sorted(await asyncio.gather(*tasks)) == sorted(names)
 
 
+async def test_semaphore_and_latch_waiters_on_every_primary(
+    cluster: ClusterHandle, make_client: ClientFactory, uid: str
+) -> None:
+    """Semaphore and latch waiters on every primary, woken by another client's release
+    and count-down over sharded pub/sub."""
+    semaphores = names_on_every_primary(cluster, f"{uid}:sem")
+    latches = names_on_every_primary(cluster, f"{uid}:latch")
+    giver, waiting = make_client(), make_client()
+    for sem, latch in zip(semaphores, latches, strict=True):
+        assert await giver.semaphore(sem).try_set_permits(0)
+        assert await giver.count_down_latch(latch).try_set_count(1)
+    tasks = [
+        *(asyncio.create_task(waiting.semaphore(n).try_acquire(wait=LIMIT)) for n in semaphores),
+        *(asyncio.create_task(waiting.count_down_latch(n).wait(timeout=LIMIT)) for n in latches),
+    ]
+    await wait_until(lambda: waiting._waiting.total() == len(tasks))
+    for node in cluster.primaries():
+        assert await pubsub_clients(node.port) == 1, f"pub/sub connections on {node.port}"
+    for sem, latch in zip(semaphores, latches, strict=True):
+        await giver.semaphore(sem).release()
+        await giver.count_down_latch(latch).count_down()
+    async with asyncio.timeout(LIMIT):
+        assert await asyncio.gather(*tasks) == [True] * len(tasks)
+    raw = RedisCluster.from_url(cluster.url, decode_responses=True)
+    try:
+        for sem, latch in zip(semaphores, latches, strict=True):
+            assert await raw.get(sem) == "0"
+            assert await raw.exists(latch) == 0
+            await raw.delete(sem)
+    finally:
+        await raw.aclose()
+
+
+def test_a_latch_name_with_a_hash_tag_is_refused_on_a_cluster(
+    cluster: ClusterHandle, make_client: ClientFactory
+) -> None:
+    """Redisson's latch channel wraps the whole name in braces: with a tag of its own, the
+    channel hashes to another slot than the key, so no latch script could run there."""
+    client = make_client()
+    with pytest.raises(ValueError, match="cannot work on a Redis Cluster"):
+        client.count_down_latch("{orders}:ready")
+    client.semaphore("{orders}:slots")  # the semaphore's channel keeps the tag: fine
+
+
 async def test_renewal_is_one_call_per_slot(
     make_client: ClientFactory, raw: RedisCluster, uid: str
 ) -> None:

@@ -1,0 +1,152 @@
+"""The semaphore: a count of permits that any task of any client may take and give back.
+
+Redisson's RSemaphore (redisson-spec-2.md section 2). State in Redis is Redisson's: a string
+``name`` holding the number of available permits, and the channel ``redisson_sc:{name}``, on
+which every increase publishes the new count. What aiolock adds lives beside it for a few
+seconds: a receipt per attempt to take, so that a resend never takes twice and a cancelled
+attempt gives back exactly what it took, and a latch per release, so that a resend never
+gives twice.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Self
+
+from ._config import TimeArg, check_count, wait_seconds
+from ._keys import semaphore_channel
+from ._primitive import Invocation, Waitable
+from ._scripts import load_script
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from ._config import Settings
+    from ._engine import Engine
+
+__all__ = ("Semaphore", "SemaphoreState")
+
+
+class SemaphoreState(Waitable):
+    """The semaphore as the engine sees it: its scripts, its channel, its wake rule."""
+
+    __slots__ = ("chan",)
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        super().__init__(settings, name)
+        self.chan = semaphore_channel(self.key)
+
+    def channel(self, holder: str) -> str:
+        return self.chan
+
+    def wake_count(self, data: bytes) -> int | None:
+        # The new number of permits available: wake that many waiters (a waiter that
+        # finds too few passes its wake-up on). Anything else: wake them all to look.
+        try:
+            return max(0, int(data))
+        except ValueError:
+            return None
+
+    def take(self, permits: int, receipt: str) -> Invocation:
+        return Invocation(
+            load_script("semaphore_acquire"),
+            [self.key, receipt],
+            [permits, self.settings.latch_ttl_ms],
+        )
+
+    def give_back(self, permits: int, receipt: str) -> Invocation:
+        s = self.settings
+        return Invocation(
+            load_script("semaphore_rollback"),
+            [self.key, self.chan, receipt],
+            [permits, s.publish, s.latch_ttl_ms],
+        )
+
+    def add(self, permits: int, latch: str) -> Invocation:
+        s = self.settings
+        return Invocation(
+            load_script("semaphore_add"),
+            [self.key, self.chan, latch],
+            [permits, s.publish, s.latch_ttl_ms],
+        )
+
+    def try_set(self, permits: int, latch: str) -> Invocation:
+        s = self.settings
+        return Invocation(
+            load_script("semaphore_try_set"),
+            [self.key, self.chan, latch],
+            [permits, s.publish, s.latch_ttl_ms],
+        )
+
+
+class Semaphore:
+    """A distributed counting semaphore; ``client.semaphore(name)`` creates one.
+
+    Permits have no owner: any task of any client may release them, and releases are not
+    bounded by the permits set (as in Redisson). ``async with sem:`` takes one permit and
+    gives it back on exit, cancelled or not. A semaphore that was never set has no permits:
+    call ``try_set_permits(n)`` first.
+    """
+
+    __slots__ = ("_engine", "_s")
+
+    def __init__(self, engine: Engine, name: str) -> None:
+        self._engine = engine
+        self._s = SemaphoreState(engine.settings, name)
+
+    @property
+    def name(self) -> str:
+        """The semaphore's name as given (without ``key_prefix``)."""
+        return self._s.name
+
+    def __repr__(self) -> str:
+        return f"<aiolock.Semaphore {self._s.name!r}, {self._engine.waiting(self._s.key)} waiting>"
+
+    async def try_set_permits(self, permits: int) -> bool:
+        """Set the number of permits if the semaphore has none set yet; True if it was set."""
+        n = check_count(permits, "permits", minimum=0)
+        s = self._s
+        return bool(await self._engine.change(s, lambda latch: s.try_set(n, latch), "set"))
+
+    async def add_permits(self, permits: int) -> None:
+        """Add ``permits`` (negative: take some away, never waiting)."""
+        n = check_count(permits, "permits", minimum=-(2**63))
+        s = self._s
+        await self._engine.change(s, lambda latch: s.add(n, latch), "add permits to")
+
+    async def available_permits(self) -> int:
+        """The number of permits available now (0 if the semaphore was never set)."""
+        value = await self._engine.query(self._s, "GET", self._s.key)
+        return int(value) if value is not None else 0
+
+    async def acquire(self, permits: int = 1) -> None:
+        """Take ``permits``, waiting as long as it takes."""
+        await self._take(permits, None)
+
+    async def try_acquire(self, permits: int = 1, wait: TimeArg = 0) -> bool:
+        """Take ``permits`` within ``wait`` seconds (0: one attempt, None: forever)."""
+        return await self._take(permits, wait_seconds(wait))
+
+    async def _take(self, permits: int, wait: float | None) -> bool:
+        n = check_count(permits, "permits", minimum=1)
+        s = self._s
+        return await self._engine.take(
+            s, lambda receipt: s.take(n, receipt), lambda receipt: s.give_back(n, receipt), wait
+        )
+
+    async def release(self, permits: int = 1) -> None:
+        """Give back ``permits`` (made once, even if the call is cancelled or cut off)."""
+        n = check_count(permits, "permits", minimum=1)
+        s = self._s
+        await self._engine.change(s, lambda latch: s.add(n, latch), "release permits of")
+
+    async def __aenter__(self) -> Self:
+        await self._take(1, None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.release(1)

@@ -1,0 +1,28 @@
+-- Take permits of a semaphore: Redisson RSemaphore layout (a string of available permits).
+--
+-- KEYS[1]  the semaphore: the number of permits available
+-- KEYS[2]  this attempt's receipt: "taken" once it took, "void" once rolled back
+-- ARGV[1]  permits to take (>= 1)
+-- ARGV[2]  receipt TTL in ms
+--
+-- Returns 1 if the permits were taken, 0 if fewer are available (nothing changes) or if
+-- the attempt was rolled back already.
+--
+-- Redisson's tryAcquire has no receipt: a resend of one whose reply was lost takes the
+-- permits twice. Here a resend finds the receipt and answers 1 again without taking more,
+-- and a rollback (semaphore_rollback.lua) knows from it whether there is anything to
+-- give back. The semaphore's value is exactly Redisson's.
+local receipt = redis.call('get', KEYS[2])
+if receipt then
+    if receipt == 'taken' then
+        return 1
+    end
+    return 0
+end
+local available = tonumber(redis.call('get', KEYS[1]))
+if not available or available < tonumber(ARGV[1]) then
+    return 0
+end
+redis.call('decrby', KEYS[1], ARGV[1])
+redis.call('set', KEYS[2], 'taken', 'px', ARGV[2])
+return 1

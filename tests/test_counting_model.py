@@ -1,0 +1,205 @@
+"""Model-based tests of the semaphore and the count-down latch (hypothesis stateful).
+
+Each example runs on its own event loop with two clients on one name. A step is a call of
+either client, run to its end or cancelled at a drawn loop iteration; once the clients are
+quiet, Redis must say what the reference model says:
+
+- semaphore: the permits are the set ones, plus every release and add, minus every take
+  that returned True (a cancelled one took nothing in the end); a take succeeds exactly
+  when the model has enough; a waiter is woken by a release of the other client;
+- latch: the count goes down by one per count-down, cancelled or not, never below zero;
+  wait() returns True exactly when the model's count is zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from redis.asyncio import Redis
+
+import aiolock
+
+from .helpers import quiesce, wait_until
+from .test_model import settings_for
+from .test_semaphore import cancel_at
+
+LIMIT = 10.0
+CANCELLED = "cancelled"
+
+
+class _Counting(RuleBasedStateMachine):
+    redis_url = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner = asyncio.Runner()
+        self.name = f"model:{uuid.uuid4().hex[:12]}"
+        self.clients = self.run(self._clients())
+        self.raw: Redis = Redis.from_url(self.redis_url, decode_responses=True)
+
+    @staticmethod
+    async def _clients() -> list[aiolock.Client]:
+        return [aiolock.Client.from_url(_Counting.redis_url) for _ in range(2)]
+
+    def run(self, coro: Any) -> Any:
+        return self.runner.run(coro)
+
+    async def call(self, coro: Any, cancel: int | None) -> Any:
+        """Run ``coro`` in a task, cancelled at loop iteration ``cancel`` if given."""
+        task = asyncio.ensure_future(coro)
+        if cancel is not None:
+            cancel_at(task, cancel)
+        try:
+            async with asyncio.timeout(LIMIT):
+                return await task
+        except asyncio.CancelledError:
+            return CANCELLED
+        finally:
+            for client in self.clients:
+                await quiesce(client)
+
+    def teardown(self) -> None:
+        async def close() -> None:
+            for client in self.clients:
+                await client.aclose()
+            await self.raw.delete(self.name)
+            await self.raw.aclose()
+
+        self.run(close())
+        self.runner.close()
+
+
+cancels = st.one_of(st.none(), st.integers(min_value=0, max_value=12))
+clients = st.integers(min_value=0, max_value=1)
+
+
+class SemaphoreMachine(_Counting):
+    """The semaphore against a count."""
+
+    @initialize(start=st.integers(min_value=0, max_value=4))
+    def set_permits(self, start: int) -> None:
+        self.permits = start
+        assert self.run(self.clients[0].semaphore(self.name).try_set_permits(start))
+
+    @rule(client=clients, n=st.integers(min_value=1, max_value=3), cancel=cancels)
+    def try_acquire(self, client: int, n: int, cancel: int | None) -> None:
+        sem = self.clients[client].semaphore(self.name)
+        result = self.run(self.call(sem.try_acquire(n), cancel))
+        if result is True:
+            assert self.permits >= n, f"took {n} of {self.permits}"
+            self.permits -= n
+        elif result is False:
+            assert self.permits < n, f"refused {n} of {self.permits}"
+
+    @rule(client=clients, n=st.integers(min_value=1, max_value=3), cancel=cancels)
+    def release(self, client: int, n: int, cancel: int | None) -> None:
+        sem = self.clients[client].semaphore(self.name)
+        self.run(self.call(sem.release(n), cancel))
+        self.permits += n  # made once, cancelled or not
+
+    @rule(client=clients, n=st.integers(min_value=-2, max_value=3))
+    def add_permits(self, client: int, n: int) -> None:
+        self.run(self.call(self.clients[client].semaphore(self.name).add_permits(n), None))
+        self.permits += n
+
+    @precondition(lambda self: self.permits >= 0)
+    @rule(client=clients, n=st.integers(min_value=1, max_value=3))
+    def woken(self, client: int, n: int) -> None:
+        """A waiter for more than there is gets them once the other client releases."""
+        short = n + max(self.permits, 0)
+        waiting = self.clients[client].semaphore(self.name)
+        other = self.clients[1 - client].semaphore(self.name)
+
+        async def scenario() -> bool:
+            waiter = asyncio.ensure_future(waiting.try_acquire(short, wait=LIMIT))
+            await wait_until(
+                lambda: self.clients[client]._waiting.waiting(self.name) == 1 or waiter.done()
+            )
+            await other.release(n)
+            return bool(await waiter)
+
+        assert self.run(self.call(scenario(), None)) is True
+        self.permits -= short - n
+
+    @invariant()
+    def permits_match(self) -> None:
+        if not hasattr(self, "permits"):
+            return
+        value = self.run(self.raw.get(self.name))
+        assert int(value or 0) == self.permits
+
+
+class LatchMachine(_Counting):
+    """The count-down latch against a count."""
+
+    @initialize(start=st.integers(min_value=0, max_value=4))
+    def set_count(self, start: int) -> None:
+        self.count = start
+        assert self.run(self.clients[0].count_down_latch(self.name).try_set_count(start))
+
+    @rule(client=clients, cancel=cancels)
+    def count_down(self, client: int, cancel: int | None) -> None:
+        latch = self.clients[client].count_down_latch(self.name)
+        self.run(self.call(latch.count_down(), cancel))
+        self.count = max(0, self.count - 1)
+
+    @rule(client=clients, n=st.integers(min_value=0, max_value=3))
+    def try_set(self, client: int, n: int) -> None:
+        latch = self.clients[client].count_down_latch(self.name)
+        result = self.run(self.call(latch.try_set_count(n), None))
+        assert result is (self.count == 0)
+        if result:
+            self.count = n
+
+    @rule(client=clients, cancel=cancels)
+    def wait_now(self, client: int, cancel: int | None) -> None:
+        latch = self.clients[client].count_down_latch(self.name)
+        result = self.run(self.call(latch.wait(timeout=0), cancel))
+        if result != CANCELLED:
+            assert result is (self.count == 0)
+
+    @precondition(lambda self: self.count > 0)
+    @rule(client=clients)
+    def waiters_opened(self, client: int) -> None:
+        """Waiters of one client return True once the other counts the latch to zero."""
+        waiting = self.clients[client].count_down_latch(self.name)
+        other = self.clients[1 - client].count_down_latch(self.name)
+
+        async def scenario() -> list[bool]:
+            waiters = [asyncio.ensure_future(waiting.wait(timeout=LIMIT)) for _ in range(2)]
+            await wait_until(lambda: self.clients[client]._waiting.waiting(self.name) == 2)
+            for _ in range(self.count):
+                await other.count_down()
+            return list(await asyncio.gather(*waiters))
+
+        assert self.run(self.call(scenario(), None)) == [True, True]
+        self.count = 0
+
+    @invariant()
+    def count_matches(self) -> None:
+        if not hasattr(self, "count"):
+            return
+        value = self.run(self.raw.get(self.name))
+        assert int(value or 0) == self.count
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize(
+    "machine", [SemaphoreMachine, LatchMachine], ids=["semaphore", "count_down_latch"]
+)
+def test_model(machine: type[_Counting], redis_url: str, request: pytest.FixtureRequest) -> None:
+    """The object behaves as its model says, under every sequence hypothesis tries."""
+    _Counting.redis_url = redis_url
+    run_state_machine_as_test(machine, settings=settings_for(request))

@@ -1,0 +1,273 @@
+"""The semaphore: Redisson's RSemaphore layout and messages, waiting, and every mutation made
+exactly once under cancellation and resends.
+
+The cancellation sweep here cancels each call at every event-loop iteration it spans (as
+``sweep.py`` does for the locks) and checks, once the client is quiet, that the permits in
+Redis are exactly what the calls that returned took and gave.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+
+from .conftest import ClientFactory
+from .faultproxy import FaultProxy, script
+from .helpers import quiesce, wait_until
+
+LIMIT = 10.0
+FAST = "?socket_timeout=0.3&socket_connect_timeout=0.3"
+CLOSED_PORT_URL = "redis://127.0.0.1:1/0"
+
+# Redisson's release, restated from redisson-spec-2.md 2.2 (a Java service's view).
+_REDISSON_RELEASE = """
+local value = redis.call('incrby', KEYS[1], ARGV[1])
+redis.call('publish', KEYS[2], value)
+"""
+
+
+def channel(name: str) -> str:
+    return f"redisson_sc:{{{name}}}"
+
+
+async def permits(raw: Redis, name: str) -> int:
+    value = await raw.get(name)
+    return int(value) if value is not None else 0
+
+
+async def test_layout_and_messages(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """The value is a decimal string of available permits; every increase publishes the new
+    count on redisson_sc:{name}; taking publishes nothing."""
+    sem = client.semaphore(name)
+    async with raw.pubsub() as pubsub:
+        await pubsub.subscribe(channel(name))
+        assert (await pubsub.get_message(timeout=LIMIT))["type"] == "subscribe"
+        assert await sem.try_set_permits(3)
+        assert not await sem.try_set_permits(5)
+        assert await raw.get(name) == "3"
+        assert await sem.try_acquire(2)
+        await sem.release()
+        await sem.add_permits(4)
+        await raw.publish(channel(name), "end")
+        seen = []
+        while (message := await pubsub.get_message(timeout=LIMIT)) is not None:
+            seen.append(message["data"])
+            if message["data"] == "end":
+                break
+    assert seen == ["3", "2", "6", "end"]
+    assert await sem.available_permits() == 6
+    await raw.delete(name)
+
+
+async def test_take_and_give(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """try_acquire takes only what is there; several permits at once; an unset semaphore
+    has none."""
+    sem = client.semaphore(name)
+    assert await sem.available_permits() == 0
+    assert not await sem.try_acquire()
+    assert await sem.try_set_permits(2)
+    assert not await sem.try_acquire(3)
+    assert await sem.try_acquire(2)
+    assert not await sem.try_acquire(wait=0.05)
+    await sem.release(2)
+    assert await permits(raw, name) == 2
+    async with sem:
+        assert await permits(raw, name) == 1
+    assert await permits(raw, name) == 2
+    await raw.delete(name)
+
+
+async def test_try_set_zero_then_release(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """Permits may be set to 0 and released past what was set, as in Redisson."""
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(0)
+    await sem.release(2)
+    assert await sem.available_permits() == 2
+    await sem.add_permits(-3)
+    assert await sem.available_permits() == -1
+    await raw.delete(name)
+
+
+async def test_a_waiter_is_woken_by_another_clients_release(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """A waiter subscribed to the channel gets the permit a release of another client (or
+    of a Java service, restated) gives."""
+    a, b = make_client(), make_client()
+    assert await a.semaphore(name).try_set_permits(0)
+    waiting = b.semaphore(name)
+    first = asyncio.create_task(waiting.try_acquire(wait=LIMIT))
+    await wait_until(lambda: b._waiting.waiting(name) == 1)
+    await a.semaphore(name).release()
+    async with asyncio.timeout(LIMIT):
+        assert await first
+    second = asyncio.create_task(waiting.try_acquire(wait=LIMIT))
+    await wait_until(lambda: b._waiting.waiting(name) == 1)
+    java_release = raw.register_script(_REDISSON_RELEASE)
+    await java_release(keys=[name, channel(name)], args=[1])
+    async with asyncio.timeout(LIMIT):
+        assert await second
+    assert await permits(raw, name) == 0
+    await raw.delete(name)
+
+
+async def test_a_wake_up_too_small_for_one_waiter_goes_to_the_next(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A release of 1 wakes the oldest waiter, which needs 3: it passes the wake-up on to
+    the waiter that needs 1, instead of both waiting for the next re-check."""
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(0)
+    big = asyncio.create_task(sem.try_acquire(3, wait=LIMIT * 3))
+    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    small = asyncio.create_task(sem.try_acquire(1, wait=LIMIT * 3))
+    await wait_until(lambda: client._waiting.waiting(name) == 2)
+    await sem.release()
+    async with asyncio.timeout(LIMIT):
+        assert await small
+    assert not big.done()
+    await sem.release(3)
+    async with asyncio.timeout(LIMIT):
+        assert await big
+    assert await permits(raw, name) == 0
+    await raw.delete(name)
+
+
+@pytest.fixture
+async def offline() -> AsyncIterator[aiolock.Client]:
+    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
+    yield client
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda s: s.acquire(0), ValueError, "permits must be >= 1, got 0"),
+        (lambda s: s.try_acquire(-1), ValueError, "permits must be >= 1, got -1"),
+        (lambda s: s.release(0), ValueError, "permits must be >= 1, got 0"),
+        (lambda s: s.try_set_permits(-1), ValueError, "permits must be >= 0, got -1"),
+        (lambda s: s.acquire(True), TypeError, "permits must be an int, not bool"),
+        (lambda s: s.release(1.0), TypeError, "permits must be an int, not float"),
+        (lambda s: s.add_permits("2"), TypeError, "permits must be an int, not str"),
+        (lambda s: s.try_acquire(1, wait=-1), ValueError, "wait must be >= 0"),
+    ],
+)
+async def test_bad_input_is_refused_before_any_io(
+    offline: aiolock.Client, call: Callable[[Any], Awaitable[object]], error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        await call(offline.semaphore("s"))
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy.from_url(redis_url) as proxy:
+        yield proxy
+
+
+async def test_resends_take_and_give_once(proxy: FaultProxy, raw: Redis, name: str) -> None:
+    """A take, a release and a try_set whose replies were lost are resent, and each counts
+    once (Redisson's release, resent, adds its permits twice)."""
+    client = aiolock.Client.from_url(proxy.url + FAST, retry_attempts=2, retry_interval=0.05)
+    try:
+        sem = client.semaphore(name)
+        drop = proxy.drop_reply(script("semaphore_try_set"))
+        assert await sem.try_set_permits(3)
+        assert drop.executed.is_set()
+        drop = proxy.drop_reply(script("semaphore_acquire"))
+        assert await sem.try_acquire(2)
+        assert drop.executed.is_set()
+        assert await permits(raw, name) == 1
+        drop = proxy.drop_reply(script("semaphore_add"))
+        await sem.release(2)
+        assert drop.executed.is_set()
+        assert await permits(raw, name) == 3
+    finally:
+        await client.aclose()
+    await raw.delete(name)
+
+
+def cancel_at(task: asyncio.Task[Any], k: int) -> None:
+    """Cancel ``task`` at the k-th event-loop iteration from now, if it still runs."""
+    loop = asyncio.get_running_loop()
+
+    def hop(i: int) -> None:
+        if task.done():
+            return
+        if i == k:
+            task.cancel()
+            return
+        loop.call_soon(hop, i + 1)
+
+    loop.call_soon(hop, 0)
+
+
+async def sweep(
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+    call: Callable[[], Coroutine[Any, Any, object]],
+    effect: Callable[[object], int],
+    *,
+    before: Callable[[], Awaitable[None]] | None = None,
+) -> int:
+    """Cancel ``call`` at k = 0, 1, 2, ... until it completes first; after each case the
+    permits must have moved by exactly ``effect(result)`` (``CANCELLED`` if it raised
+    CancelledError). Returns how many cases ran.
+    """
+    for k in range(400):
+        if before is not None:
+            await before()
+        start = await permits(raw, name)
+        task = asyncio.create_task(call())
+        cancel_at(task, k)
+        try:
+            result: object = await task
+        except asyncio.CancelledError:
+            result = CANCELLED
+        await quiesce(client)
+        assert await permits(raw, name) - start == effect(result), f"k={k}, result={result!r}"
+        assert client._waiting.waiting(name) == 0, f"k={k}: a waiter left counted"
+        if result is not CANCELLED:
+            return k + 1
+    raise AssertionError("the call never completed before its cancel")
+
+
+CANCELLED = object()
+
+
+async def test_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """try_acquire (free, and woken by a release), release, add_permits and try_set_permits,
+    each cancelled at every loop iteration: a take cancelled keeps nothing, a release or an
+    add is made once whether cancelled or not, and no waiter stays counted."""
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(1000)
+    cases = await sweep(
+        client, raw, name, lambda: sem.try_acquire(2), lambda r: -2 if r is True else 0
+    )
+    cases += await sweep(client, raw, name, lambda: sem.release(2), lambda r: 2)
+    cases += await sweep(client, raw, name, lambda: sem.add_permits(3), lambda r: 3)
+
+    # Woken: the semaphore is empty, another task releases one permit at once.
+    await raw.set(name, 0)
+
+    async def woken() -> bool:
+        releaser = asyncio.create_task(sem.release(1))
+        try:
+            return await sem.try_acquire(1, wait=LIMIT)
+        finally:
+            await releaser
+
+    async def reset() -> None:
+        await raw.set(name, 0)
+
+    cases += await sweep(client, raw, name, woken, lambda r: 0 if r is True else 1, before=reset)
+    assert cases >= 8
+    await raw.delete(name)

@@ -17,6 +17,8 @@ from ._fair_lock import FairLock as FairLock
 from ._fenced import FencedLock as FencedLock
 from ._handle import LockStatistics as LockStatistics
 from ._lock import Lock as Lock
+from ._multilock import MultiLock as MultiLock
+from ._multilock import RedLock as RedLock
 from ._rwlock import ReadLock as ReadLock
 from ._rwlock import ReadWriteLock as ReadWriteLock
 from ._rwlock import WriteLock as WriteLock
@@ -36,8 +38,10 @@ __all__ = (
     "LockStatistics",
     "LockTimeoutError",
     "LockUpgradeError",
+    "MultiLock",
     "ReadLock",
     "ReadWriteLock",
+    "RedLock",
     "ReplicaAckError",
     "Semaphore",
     "SpinLock",

@@ -105,6 +105,11 @@ class Engine:
 
     # -- the client's side ----------------------------------------------------------------
 
+    @property
+    def client_id(self) -> str:
+        """The client's id, the first part of every holder id it makes."""
+        return self._ids.client_id
+
     def check_open(self) -> None:
         """Raise ClientClosedError once the client is closed."""
         if self.closed:

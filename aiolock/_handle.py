@@ -57,6 +57,16 @@ class LockHandle:
         """The lock's name as given (without ``key_prefix``)."""
         return self._name
 
+    @property
+    def client_id(self) -> str:
+        """The id of the client this handle belongs to (``Client.id``)."""
+        return self._engine.client_id
+
+    @property
+    def owner(self) -> str | None:
+        """The ``owner=`` this handle was made with (None: the calling task holds)."""
+        return self._owner
+
     def __repr__(self) -> str:
         waiting = self._engine.waiting(self._key)
         owner = f" owner={self._owner!r}" if self._owner else ""

@@ -62,6 +62,9 @@ class LockKind:
     exclusive: bool = True
     #: The same holder may lock again and needs a matching unlock per lock.
     reentrant: bool = True
+    #: A lock over other locks (MultiLock, RedLock): it has no name or key of its own, so
+    #: the per-handle checks of test_misuse.py do not apply (test_multilock.py has its own).
+    composite: bool = False
 
 
 LOCK_FACTORIES: list[LockKind] = [
@@ -69,6 +72,20 @@ LOCK_FACTORIES: list[LockKind] = [
     LockKind("FairLock", lambda client, name, **kw: client.fair_lock(name, **kw)),
     LockKind("FencedLock", lambda client, name, **kw: client.fenced_lock(name, **kw)),
     LockKind("SpinLock", lambda client, name, **kw: client.spin_lock(name, **kw)),
+    LockKind(
+        "MultiLock",
+        lambda client, name, **kw: aiolock.MultiLock(
+            client.lock(name, **kw), client.fair_lock(f"{name}:b", **kw)
+        ),
+        composite=True,
+    ),
+    LockKind(
+        "RedLock",
+        lambda client, name, **kw: aiolock.RedLock(
+            *(client.lock(f"{name}:{i}", **kw) for i in range(3))
+        ),
+        composite=True,
+    ),
 ]
 
 

@@ -49,7 +49,10 @@ _RW_KINDS = [
         lambda client, name, **kw: client.read_write_lock(name, **kw).write_lock(),
     ),
 ]
-KINDS = [*LOCK_FACTORIES, *(k for k in _RW_KINDS if k.id not in {f.id for f in LOCK_FACTORIES})]
+KINDS = [
+    *(k for k in LOCK_FACTORIES if not k.composite),
+    *(k for k in _RW_KINDS if k.id not in {f.id for f in LOCK_FACTORIES}),
+]
 ALL = [pytest.param(kind, id=kind.id) for kind in KINDS]
 # client.lock()'s arguments are test_validation.py's.
 NOT_LOCK = [pytest.param(kind, id=kind.id) for kind in KINDS if kind.id != "Lock"]

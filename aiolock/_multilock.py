@@ -1,0 +1,329 @@
+"""Locks over several locks: the MultiLock (all of them) and the RedLock (a majority).
+
+Client-side only, as in Redisson: each member keeps its own keys, channel, waiters and
+watchdog, and nothing of the composite is stored. The members are taken one after
+another, in the calling task (a lock belongs to the task that took it), in an order every
+process agrees on (by name and lock type, then as given), so two composites over the same
+locks never wait for each other in a circle (Redisson takes them as listed: its issues
+#1160 and #467). What Redisson gets wrong and these do not: a failed or cancelled attempt
+gives back every member it took, an unlock tries every member even when one fails (the
+sync MultiLock unlock stops at the first failure), and a lease is used as given, never
+converted again on each retry (Redisson's MultiLock multiplies it by 1000 per cycle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Self
+
+from redis.exceptions import RedisError
+
+from ._config import TimeArg, lease_seconds, wait_seconds
+from ._exceptions import LockError, LockLostError, LockTimeoutError
+from ._handle import LockHandle, LockStatistics
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ("MultiLock", "RedLock")
+
+log = logging.getLogger("aiolock")
+
+# RedLock's allowance for clock drift between the servers: 1 % of the lease plus 2 ms,
+# as the Redlock algorithm suggests.
+_DRIFT_FACTOR = 0.01
+_DRIFT_MS = 2
+# The longest pause between two rounds of taking the members (seconds).
+_RETRY_PAUSE = 0.05
+
+
+class _Composite:
+    """What the MultiLock and the RedLock share: members, order, taking and giving back."""
+
+    __slots__ = ("_members", "_name", "_quorum")
+
+    def __init__(self, kind: str, locks: tuple[object, ...]) -> None:
+        if not locks:
+            raise ValueError(f"{kind} needs at least one lock")
+        seen: set[tuple[str, str, str, str | None]] = set()
+        for lock in locks:
+            if not isinstance(lock, LockHandle):
+                raise TypeError(f"{kind} members must be lock handles, not {type(lock).__name__}")
+            identity = (lock.client_id, type(lock).__name__, lock.name, lock.owner)
+            if identity in seen:
+                raise ValueError(f"{kind} got the lock {lock.name!r} twice")
+            seen.add(identity)
+        members = [lock for lock in locks if isinstance(lock, LockHandle)]
+        self._name = "+".join(member.name for member in members)
+        self._members = sorted(members, key=lambda m: (m.name, type(m).__name__))
+        self._quorum = self._quorum_of(len(members))
+
+    @staticmethod
+    def _quorum_of(count: int) -> int:
+        return count
+
+    @property
+    def name(self) -> str:
+        """The members' names joined by ``+``, as given."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<aiolock.{type(self).__name__} {self._name!r}>"
+
+    # -- acquiring ------------------------------------------------------------------------
+
+    async def lock(self, lease: TimeArg = None) -> None:
+        """Wait until acquired. ``lease`` None: each member's watchdog keeps it alive."""
+        await self._acquire(None, lease_seconds(lease))
+
+    async def try_lock(self, wait: TimeArg = 0, lease: TimeArg = None) -> bool:
+        """Try for up to ``wait`` seconds (0: one attempt each, None: forever)."""
+        return await self._acquire(wait_seconds(wait), lease_seconds(lease))
+
+    def acquired(
+        self, wait: TimeArg = None, lease: TimeArg = None
+    ) -> contextlib.AbstractAsyncContextManager[Self]:
+        """``async with multi.acquired(wait=5):`` raises LockTimeoutError after ``wait``."""
+        return self._acquired(wait_seconds(wait), lease_seconds(lease))
+
+    @contextlib.asynccontextmanager
+    async def _acquired(self, wait: float | None, lease: float | None) -> AsyncIterator[Self]:
+        if not await self._acquire(wait, lease):
+            assert wait is not None
+            raise LockTimeoutError(self._name, wait)
+        try:
+            yield self
+        finally:
+            await self.unlock()
+
+    async def __aenter__(self) -> Self:
+        await self._acquire(None, None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.unlock()
+
+    async def _acquire(self, wait: float | None, lease: float | None) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
+        allowed = len(self._members) - self._quorum
+        first = True
+        while True:
+            started = loop.time()
+            taken: list[LockHandle] = []
+            failed = 0
+            try:
+                for member in self._members:
+                    remaining = None if deadline is None else max(0.0, deadline - loop.time())
+                    if await self._take(member, remaining, lease, first=first):
+                        taken.append(member)
+                        continue
+                    failed += 1
+                    if failed > allowed:
+                        break
+            except BaseException:
+                await _give_back(taken)
+                raise
+            if len(taken) >= self._quorum and self._valid(lease, loop.time() - started):
+                return True
+            await _give_back(taken)
+            first = False
+            # Too few, or taken too slowly to be valid: again, while time is left, after a
+            # short random pause so that rivals that failed together do not collide again.
+            pause = random.uniform(0, _RETRY_PAUSE)  # noqa: S311 - jitter, not secrecy
+            if deadline is not None:
+                left = deadline - loop.time()
+                if wait == 0 or left <= 0:
+                    return False
+                pause = min(pause, left)
+            await asyncio.sleep(pause)
+
+    async def _take(
+        self, member: LockHandle, wait: float | None, lease: float | None, *, first: bool
+    ) -> bool:
+        """Take one member within ``wait``; a connection error is raised (see RedLock).
+
+        ``first``: in the first round of taking the members.
+        """
+        return await member.try_lock(wait=wait, lease=lease)
+
+    def _valid(self, lease: float | None, took: float) -> bool:
+        """Whether members taken over ``took`` seconds with ``lease`` are all still held."""
+        return lease is None or took < lease
+
+    # -- releasing ------------------------------------------------------------------------
+
+    def _to_release(self) -> list[LockHandle]:
+        """The members an unlock releases: all of them (one not held raises)."""
+        return self._members
+
+    async def unlock(self) -> None:
+        """Release every member, each tried even when another fails.
+
+        Then the first failure is raised: LockNotOwnedError if a member was not held,
+        LockLostError if one was lost (a RedLock raises only when fewer than a majority
+        were released).
+        """
+        members = self._to_release()
+        errors = await _give_back(members, report=False)
+        self._check_release(len(members) - len(errors), errors)
+
+    def _check_release(self, released: int, errors: list[BaseException]) -> None:
+        if errors:
+            raise errors[0]
+
+    async def force_unlock(self) -> bool:
+        """Delete every member whoever holds it; True if any was held."""
+        deleted = False
+        for member in self._members:
+            deleted = await member.force_unlock() or deleted
+        return deleted
+
+    # -- queries --------------------------------------------------------------------------
+
+    async def _each(self, query: Callable[[LockHandle], Awaitable[Any]]) -> list[Any]:
+        # One after another, in the calling task: "held by the current task" is per task.
+        return [await query(member) for member in self._members]
+
+    def _enough(self, flags: list[bool]) -> bool:
+        return sum(flags) >= self._quorum
+
+    async def is_locked(self) -> bool:
+        """Whether enough members are held (all for a MultiLock, a majority for a RedLock)."""
+        return self._enough(await self._each(LockHandle.is_locked))
+
+    async def is_held_by_current_task(self) -> bool:
+        """Whether the calling task (or owner=) holds enough members."""
+        return self._enough(await self._each(LockHandle.is_held_by_current_task))
+
+    async def hold_count(self) -> int:
+        """How many times the calling holder holds it: the count enough members reach."""
+        counts = sorted(await self._each(LockHandle.hold_count), reverse=True)
+        return int(counts[self._quorum - 1])
+
+    async def remaining_lease(self) -> float | None:
+        """The shortest lease left among the members held; None if none has a lease."""
+        leases = [lease for lease in await self._each(LockHandle.remaining_lease) if lease]
+        return min(leases) if leases else None
+
+    def statistics(self) -> LockStatistics:
+        """What this client knows locally: the members' beliefs, as for ``hold_count``."""
+        members = [member.statistics() for member in self._members]
+        counts = sorted((m.hold_count for m in members), reverse=True)
+        count = counts[self._quorum - 1]
+        return LockStatistics(
+            name=self._name,
+            held_by_current_task=count > 0,
+            hold_count=count,
+            tasks_waiting=max(m.tasks_waiting for m in members),
+        )
+
+
+class MultiLock(_Composite):
+    """All of several locks, or none: ``aiolock.MultiLock(lock_a, lock_b, ...)``.
+
+    Members may be of any lock type and on different clients and servers. The calling task
+    takes every member (in a fixed order, so that two MultiLocks over the same locks never
+    deadlock); if one cannot be had within ``wait``, or the call is cancelled or fails, the
+    members already taken are given back. With an explicit ``lease`` each member gets it;
+    an acquisition that took longer than the lease (the first members may have expired) is
+    given back and tried again within ``wait``.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *locks: LockHandle) -> None:
+        super().__init__("MultiLock", locks)
+
+
+class RedLock(_Composite):
+    """A majority of locks on independent servers: ``aiolock.RedLock(lock_1, lock_2, lock_3)``.
+
+    The Redlock algorithm: the calling task tries each member within the time left; the
+    RedLock is held once a majority (n // 2 + 1) is, provided that, with an explicit lease,
+    the time taken plus a clock-drift allowance (1 % of the lease + 2 ms) is shorter than
+    the lease. A member whose server fails counts as one not taken. Otherwise every member
+    taken is given back and, within ``wait``, it tries again. The members should be locks
+    of clients on independent servers (the same name on each); on one server a RedLock is
+    just a slower lock.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *locks: LockHandle) -> None:
+        super().__init__("RedLock", locks)
+
+    @staticmethod
+    def _quorum_of(count: int) -> int:
+        return count // 2 + 1
+
+    async def _take(
+        self, member: LockHandle, wait: float | None, lease: float | None, *, first: bool
+    ) -> bool:
+        # The first round waits for nobody: a majority free is taken at once, whoever
+        # holds the rest. Later rounds give each member an equal share of the time left,
+        # so that one busy or slow server does not eat the time the others need.
+        share = 0 if first else None if wait is None else wait / len(self._members)
+        try:
+            return await member.try_lock(wait=share, lease=lease)
+        except (RedisError, OSError) as exc:
+            # A server down is what a RedLock tolerates: the member is not taken. (Were
+            # its acquire on its way when the connection failed, its client undoes it.)
+            log.info("aiolock: RedLock %r: member %r failed: %r", self._name, member.name, exc)
+            return False
+
+    def _valid(self, lease: float | None, took: float) -> bool:
+        if lease is None:
+            return True
+        drift = lease * _DRIFT_FACTOR + _DRIFT_MS / 1000
+        return took + drift < lease
+
+    def _to_release(self) -> list[LockHandle]:
+        # A minority may never have been taken (a server down): those this client does not
+        # believe held are left alone, rather than sent an unlock a down server would make
+        # it resend for a lease. (A hold it does not know of, an acquire whose answer was
+        # lost, its client gives back by itself.)
+        held = [member for member in self._members if member.statistics().hold_count]
+        return held if len(held) >= self._quorum else self._members
+
+    def _check_release(self, released: int, errors: list[BaseException]) -> None:
+        # Only fewer than a majority released is a failure.
+        if released >= self._quorum:
+            return
+        for error in errors:
+            if isinstance(error, LockLostError):
+                raise error
+        if errors:
+            raise errors[0]
+
+
+async def _give_back(members: list[LockHandle], *, report: bool = True) -> list[BaseException]:
+    """Unlock each of ``members``, last taken first; return the failures.
+
+    Every one is tried even if some fail or the caller is cancelled meanwhile (a cancelled
+    unlock finishes in the background). Failures are logged when ``report``.
+    """
+    errors: list[BaseException] = []
+    cancelled: asyncio.CancelledError | None = None
+    for member in reversed(members):
+        try:
+            await member.unlock()
+        except asyncio.CancelledError as exc:
+            # That unlock finishes in the background; the others are still made.
+            cancelled = exc
+        except (LockError, RedisError, OSError) as exc:
+            if report:
+                log.warning("aiolock: giving back %r failed: %r", member.name, exc)
+            errors.append(exc)
+    if cancelled is not None:
+        raise cancelled
+    return errors

@@ -1,0 +1,228 @@
+"""MultiLock and RedLock: all or nothing, a majority on independent servers, members given
+back on every failure and cancellation, and a fixed order that never deadlocks.
+
+The lock methods are in the conformance suite; here is what a composite adds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+from aiolock.testing import LocalServer, start_local_server
+
+from .conftest import ClientFactory
+from .helpers import quiesce
+from .test_semaphore import CLOSED_PORT_URL, cancel_at
+
+LIMIT = 10.0
+
+
+@pytest.fixture
+async def offline() -> AsyncIterator[aiolock.Client]:
+    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
+    yield client
+    await client.aclose()
+
+
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+async def test_bad_members_are_refused_at_once(offline: aiolock.Client, kind: Any) -> None:
+    """No members, a non-handle, or one lock twice (one handle, or two of one lock)."""
+    with pytest.raises(ValueError, match="needs at least one lock"):
+        kind()
+    with pytest.raises(TypeError, match="members must be lock handles, not str"):
+        kind(offline.lock("a"), "b")
+    lock = offline.lock("a")
+    with pytest.raises(ValueError, match="got the lock 'a' twice"):
+        kind(lock, lock)
+    with pytest.raises(ValueError, match="got the lock 'a' twice"):
+        kind(offline.lock("a"), offline.lock("a"))
+    # The same name as another lock type, or for another owner, is another lock.
+    kind(offline.lock("a"), offline.fair_lock("a"), offline.lock("a", owner="o"))
+    composite = kind(offline.lock("a"), offline.lock("b"))
+    with pytest.raises(ValueError, match="wait must be >= 0"):
+        await composite.try_lock(wait=-1)
+    with pytest.raises(ValueError, match="lease must be > 0"):
+        await composite.lock(lease=0)
+
+
+async def test_all_or_nothing(make_client: ClientFactory, raw: Redis, name: str) -> None:
+    """One member held elsewhere: try_lock fails and keeps none of the others; members on
+    different clients are taken by the calling task."""
+    mine, other = make_client(), make_client()
+    multi = aiolock.MultiLock(
+        mine.lock(f"{name}:a"), other.lock(f"{name}:b"), mine.lock(f"{name}:c")
+    )
+    blocker = other.lock(f"{name}:c", owner="blocker")
+    await blocker.lock()
+    assert not await multi.try_lock()
+    assert not await multi.try_lock(wait=0.05)
+    assert await raw.exists(f"{name}:a", f"{name}:b") == 0
+    await blocker.unlock()
+    async with multi.acquired(wait=LIMIT):
+        assert await raw.exists(f"{name}:a", f"{name}:b", f"{name}:c") == 3
+        assert await multi.is_held_by_current_task()
+    assert await raw.exists(f"{name}:a", f"{name}:b", f"{name}:c") == 0
+
+
+async def test_opposite_orders_never_deadlock(client: aiolock.Client, name: str) -> None:
+    """Two MultiLocks over the same locks, listed in opposite orders, taken by many tasks:
+    the fixed order lets them all through (Redisson's MultiLock can deadlock here)."""
+    a, b = f"{name}:a", f"{name}:b"
+    forward = aiolock.MultiLock(client.lock(a), client.lock(b))
+    backward = aiolock.MultiLock(client.lock(b), client.lock(a))
+    done = 0
+
+    async def worker(multi: aiolock.MultiLock) -> None:
+        nonlocal done
+        for _ in range(5):
+            async with multi:
+                await asyncio.sleep(0)
+                done += 1
+
+    async with asyncio.timeout(LIMIT * 3), asyncio.TaskGroup() as tg:
+        for i in range(8):
+            tg.create_task(worker(forward if i % 2 else backward))
+    assert done == 40
+
+
+async def test_unlock_tries_every_member(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """A member lost meanwhile: unlock raises LockLostError, and still releases the others
+    (Redisson's sync unlock stops at the first failure and leaves them locked)."""
+    multi = aiolock.MultiLock(*(client.lock(f"{name}:{i}") for i in range(3)))
+    await multi.lock()
+    assert await client.lock(f"{name}:0").force_unlock()
+    with pytest.raises(aiolock.LockLostError):
+        await multi.unlock()
+    assert await raw.exists(f"{name}:1", f"{name}:2") == 0
+
+
+async def test_a_cancelled_acquire_gives_back_what_it_took(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Cancelled at every loop iteration while taking its members (the last one is taken
+    only once another client lets it go): CancelledError, and nothing kept, or all held."""
+    mine, other = make_client(), make_client()
+    names = [f"{name}:{i}" for i in range(3)]
+    # owner=: the test task releases what the acquiring task took.
+    multi = aiolock.MultiLock(*(mine.lock(n, owner="multi") for n in names))
+    blocker = other.lock(names[2], owner="blocker")
+    for k in range(400):
+        await blocker.lock()
+
+        async def take() -> bool:
+            letting_go = asyncio.create_task(blocker.unlock())
+            try:
+                return await multi.try_lock(wait=LIMIT)
+            finally:
+                await letting_go
+
+        task = asyncio.create_task(take())
+        cancel_at(task, k)
+        try:
+            taken = await task
+        except asyncio.CancelledError:
+            taken = False
+        await quiesce(mine)
+        held = await raw.exists(*names)
+        if taken:
+            assert held == 3, f"k={k}"
+            await multi.unlock()
+            break
+        assert held == 0, f"k={k}: {held} member(s) kept by a cancelled acquire"
+    else:
+        raise AssertionError("the acquire never completed before its cancel")
+    assert k > 3
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[LocalServer]]:
+    """Three independent servers for RedLock."""
+    started = [start_local_server() for _ in range(3)]
+    try:
+        yield started
+    finally:
+        for server in started:
+            server.close()
+
+
+@pytest.fixture
+async def red_clients(servers: list[LocalServer]) -> AsyncIterator[list[aiolock.Client]]:
+    clients = [
+        aiolock.Client.from_url(server.url, retry_attempts=0, retry_interval=0.01)
+        for server in servers
+    ]
+    yield clients
+    for client in clients:
+        await client.aclose()
+
+
+async def test_redlock_needs_a_majority(red_clients: list[aiolock.Client], uid: str) -> None:
+    """One server's lock held by someone else: the RedLock holds the other two. Two held:
+    it fails, and gives back the one it took."""
+    name = f"red:{uid}"
+    red = aiolock.RedLock(*(client.lock(name) for client in red_clients))
+    first = red_clients[0].lock(name, owner="other")
+    await first.lock()
+    async with red.acquired(wait=LIMIT):
+        assert await red.is_held_by_current_task()
+        assert await red.hold_count() == 1
+        assert not await red_clients[0].lock(name).is_held_by_current_task()
+    second = red_clients[1].lock(name, owner="other")
+    await second.lock()
+    assert not await red.try_lock(wait=0.1)
+    assert not await red_clients[2].lock(name).is_locked()
+    await first.unlock()
+    await second.unlock()
+
+
+async def test_redlock_survives_a_server_down(
+    servers: list[LocalServer], red_clients: list[aiolock.Client], uid: str
+) -> None:
+    """With one of three servers stopped, the RedLock is taken and released on the other
+    two; its unlock does not fail for the member it never had."""
+    name = f"red:{uid}"
+    red = aiolock.RedLock(*(client.lock(name) for client in red_clients))
+    servers[2].stop()
+    try:
+        async with red.acquired(wait=LIMIT):
+            assert await red_clients[0].lock(name).is_held_by_current_task()
+            assert await red_clients[1].lock(name).is_held_by_current_task()
+        assert not await red_clients[0].lock(name).is_locked()
+    finally:
+        servers[2].start()
+
+
+async def test_redlock_excludes_across_clients(
+    servers: list[LocalServer], red_clients: list[aiolock.Client], uid: str
+) -> None:
+    """Two services with RedLocks over the same three servers never hold it at once."""
+    name = f"red:{uid}"
+    others = [aiolock.Client.from_url(server.url) for server in servers]
+    try:
+        mine = aiolock.RedLock(*(client.lock(name) for client in red_clients))
+        theirs = aiolock.RedLock(*(client.lock(name) for client in others))
+        inside = most = total = 0
+
+        async def worker(red: aiolock.RedLock) -> None:
+            nonlocal inside, most, total
+            for _ in range(5):
+                async with red:
+                    inside += 1
+                    most = max(most, inside)
+                    await asyncio.sleep(0)
+                    total += 1
+                    inside -= 1
+
+        async with asyncio.timeout(LIMIT * 3), asyncio.TaskGroup() as tg:
+            for i in range(6):
+                tg.create_task(worker(mine if i % 2 else theirs))
+        assert (total, most) == (30, 1)
+    finally:
+        for client in others:
+            await client.aclose()

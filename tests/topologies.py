@@ -193,21 +193,41 @@ class ClusterHandle:
         self.wait_stable(lambda: self.node_for_slot(slot) is to)
 
     def wait_stable(self, also: Callable[[], bool] | None = None) -> None:
-        """Until every live node reports the same full slot map, and ``also`` holds."""
+        """Until every live node reports the same full slot map, and ``also`` holds.
+
+        The limit is generous: after a primary is killed, an election the replicas lose
+        on a loaded machine is retried only after four cluster-node-timeouts (8 s here).
+        A timeout says which condition was still unmet.
+        """
+        unmet = ["nothing checked yet"]
 
         def stable() -> bool:
             maps = set()
             for node in self._live():
                 if "cluster_state:ok" not in node.call("CLUSTER", "INFO"):
+                    unmet[0] = f"node {node.port} not cluster_state:ok"
                     return False
                 reply = node.call("CLUSTER", "SLOTS")
                 maps.add(tuple(sorted((int(e[0]), int(e[1]), int(e[2][1])) for e in reply)))
             if len(maps) != 1:
+                unmet[0] = f"{len(maps)} different slot maps"
                 return False
             covered = sum(last - first + 1 for first, last, _ in next(iter(maps)))
-            return covered == _SLOTS and self._replicas_in_sync() and (also is None or also())
+            checks = (
+                (covered == _SLOTS, f"{covered} slots covered"),
+                (self._replicas_in_sync(), "replicas not in sync"),
+                (also is None or also(), "the caller's condition"),
+            )
+            for met, what in checks:
+                if not met:
+                    unmet[0] = what
+                    return False
+            return True
 
-        _wait(stable, "a stable cluster")
+        try:
+            _wait(stable, "a stable cluster", limit=60.0)
+        except RuntimeError as exc:
+            raise RuntimeError(f"{exc} (last unmet: {unmet[0]})") from None
 
     def _replicas_in_sync(self) -> bool:
         # A replica still loading its first copy cannot acknowledge writes (WAIT): tests

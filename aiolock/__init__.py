@@ -14,11 +14,15 @@ from ._exceptions import LockTimeoutError as LockTimeoutError
 from ._exceptions import LockUpgradeError as LockUpgradeError
 from ._exceptions import ReplicaAckError as ReplicaAckError
 from ._fair_lock import FairLock as FairLock
+from ._fair_rwlock import FairReadLock as FairReadLock
+from ._fair_rwlock import FairReadWriteLock as FairReadWriteLock
+from ._fair_rwlock import FairWriteLock as FairWriteLock
 from ._fenced import FencedLock as FencedLock
 from ._handle import LockStatistics as LockStatistics
 from ._lock import Lock as Lock
 from ._multilock import MultiLock as MultiLock
 from ._multilock import RedLock as RedLock
+from ._permit_expirable_semaphore import PermitExpirableSemaphore as PermitExpirableSemaphore
 from ._rwlock import ReadLock as ReadLock
 from ._rwlock import ReadWriteLock as ReadWriteLock
 from ._rwlock import WriteLock as WriteLock
@@ -30,6 +34,9 @@ __all__ = (
     "ClientClosedError",
     "CountDownLatch",
     "FairLock",
+    "FairReadLock",
+    "FairReadWriteLock",
+    "FairWriteLock",
     "FencedLock",
     "Lock",
     "LockError",
@@ -39,6 +46,7 @@ __all__ = (
     "LockTimeoutError",
     "LockUpgradeError",
     "MultiLock",
+    "PermitExpirableSemaphore",
     "ReadLock",
     "ReadWriteLock",
     "RedLock",

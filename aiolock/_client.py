@@ -18,12 +18,14 @@ from ._config import ClientOptions, Settings, TimeArg
 from ._count_down_latch import CountDownLatch
 from ._engine import Engine
 from ._fair_lock import FairLock
+from ._fair_rwlock import FairReadWriteLock
 from ._fenced import FencedLock
 from ._holders import HolderIds
 from ._holds import HoldRegistry
 from ._latches import LatchSweeper
 from ._lock import Lock
 from ._ordering import CallOrder
+from ._permit_expirable_semaphore import PermitExpirableSemaphore
 from ._pubsub import Dispatcher, PubSub
 from ._renewal import RenewalService
 from ._rwlock import ReadWriteLock
@@ -270,6 +272,10 @@ class Client:
         """A read-write lock (RReadWriteLock layout): ``.read_lock()``, ``.write_lock()``."""
         return ReadWriteLock(self._engine, name, owner=owner)
 
+    def fair_read_write_lock(self, name: str, *, owner: str | None = None) -> FairReadWriteLock:
+        """A read-write lock serving readers and writers in arrival order (aiolock's own)."""
+        return FairReadWriteLock(self._engine, name, owner=owner)
+
     def fenced_lock(self, name: str, *, owner: str | None = None) -> FencedLock:
         """A reentrant lock whose every acquisition takes a growing token (RFencedLock)."""
         return FencedLock(self._engine, name, owner=owner)
@@ -281,6 +287,10 @@ class Client:
     def semaphore(self, name: str) -> Semaphore:
         """A counting semaphore (Redisson RSemaphore layout); permits have no owner."""
         return Semaphore(self._engine, name)
+
+    def permit_expirable_semaphore(self, name: str) -> PermitExpirableSemaphore:
+        """A semaphore of permits taken by id, each with a lease (RPermitExpirableSemaphore)."""
+        return PermitExpirableSemaphore(self._engine, name)
 
     def count_down_latch(self, name: str) -> CountDownLatch:
         """A count-down latch (Redisson RCountDownLatch layout)."""

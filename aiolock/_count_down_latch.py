@@ -90,6 +90,11 @@ class CountDownLatch:
         waiting = self._engine.waiting(self._s.key)
         return f"<aiolock.CountDownLatch {self._s.name!r}, {waiting} waiting>"
 
+    @property
+    def tasks_waiting(self) -> int:
+        """How many of this client's tasks wait on this latch now (a local count)."""
+        return self._engine.waiting(self._s.key)
+
     async def try_set_count(self, count: int) -> bool:
         """Set the count if the latch is open (at zero); True if it was set.
 

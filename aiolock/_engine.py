@@ -875,7 +875,7 @@ class Engine:
         """Run one plain command about ``p``."""
         return await self._one_shot(p, lambda: self._runner.command(*args))
 
-    async def ask(self, p: Primitive, invocation: Invocation) -> Any:
+    async def ask(self, p: Waitable, invocation: Invocation) -> Any:
         """Run a read-only script about ``p``."""
         return await self._one_shot(p, lambda: self._runner.run(*invocation))
 
@@ -964,35 +964,38 @@ class Engine:
     async def take(
         self,
         w: Waitable,
-        attempt_for: Callable[[str], Invocation],
-        undo_for: Callable[[str], Invocation],
+        attempt_for: Callable[[str], tuple[Invocation, Invocation]],
         wait: float | None,
+        decode: Callable[[Any], tuple[bool, float | None]],
     ) -> bool:
-        """Take from ``w`` (permits of a semaphore) once its script lets, within ``wait``.
+        """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
 
-        ``attempt_for(tombstone)``: one attempt, answering 1 if it took and 0 if not; a
-        resend answers what the first send did. ``undo_for(tombstone)``: gives back what
-        that attempt took, if it took anything, and voids any copy of it still on its way.
-        An attempt cut off in flight, or answered after a cancel, is undone in the
-        background: a cancelled take never keeps what it took.
+        ``attempt_for(tombstone)``: one attempt, and the call that undoes it (gives back
+        what it took, if anything, and voids any copy of it still on its way, by the
+        tombstone). A resend of an attempt answers what its first send did. ``decode``
+        reads an attempt's reply: whether it took, and how long at most to wait before
+        the next attempt (None: until woken or re-checking). An attempt cut off in flight,
+        or answered after a cancel, is undone in the background: a cancelled take never
+        keeps what it took.
         """
         mark, _ = self._call_starts()
 
-        async def attempt() -> bool:
+        async def attempt() -> tuple[bool, float | None]:
             tombstone = acquire_tombstone_key(w.key, self._request_id())
+            invocation, undo_invocation = attempt_for(tombstone)
 
             def undo() -> None:
                 self._background.spawn(
                     self._until_answered(
                         f"give back what a cancelled call took from {w.name!r}",
-                        lambda: self._runner.run(*undo_for(tombstone)),
+                        lambda: self._runner.run(*undo_invocation),
                         self.settings.resend_window_ms,
                         lost="it stays taken",
                     )
                 )
 
             try:
-                taken = bool(await self._runner.run(*attempt_for(tombstone)))
+                taken, hint = decode(await self._runner.run(*invocation))
             except ResponseError as exc:
                 raise script_error(w.name, w.key, exc) from exc
             except _REFUSED:
@@ -1006,10 +1009,10 @@ class Engine:
                 if self.closed:
                     raise ClientClosedError
                 raise asyncio.CancelledError
-            if taken:
+            if taken and w.receipts:
                 # Taken for good: no resend or undo will look for the receipt any more.
                 self._latches.add(tombstone)
-            return taken
+            return taken, hint
 
         try:
             return await self._wait_for(w, attempt, wait)
@@ -1025,8 +1028,12 @@ class Engine:
     ) -> bool:
         """Wait until ``holds()`` (a read: a latch at zero) is true, within ``wait``."""
         mark, _ = self._call_starts()
+
+        async def attempt() -> tuple[bool, float | None]:
+            return await holds(), None
+
         try:
-            done = await self._wait_for(w, holds, wait)
+            done = await self._wait_for(w, attempt, wait)
         finally:
             self._background.call_ended()
         if cancelled_since(mark):
@@ -1034,16 +1041,20 @@ class Engine:
         return done
 
     async def _wait_for(
-        self, w: Waitable, attempt: Callable[[], Awaitable[bool]], wait: float | None
+        self,
+        w: Waitable,
+        attempt: Callable[[], Awaitable[tuple[bool, float | None]]],
+        wait: float | None,
     ) -> bool:
         """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
 
         As a lock's wait: the waiter registers before each attempt, so a message published
         while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
-        message costs latency, never liveness; a waiter woken for nothing passes its turn
+        message costs latency, never liveness (and by the attempt's own hint: the next
+        permit to expire); a waiter woken for nothing passes its turn
         on, so a message that lets someone in is never spent on one that cannot use it.
         """
-        if await attempt():
+        if (await attempt())[0]:
             return True
         if wait == 0:
             return False
@@ -1063,10 +1074,10 @@ class Engine:
                         waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
                         done = False
                         try:
-                            done = await attempt()
+                            done, hint = await attempt()
                             if done:
                                 return True
-                            bound = _RECHECK
+                            bound = _RECHECK if hint is None else min(_RECHECK, hint)
                             if deadline is not None:
                                 bound = min(bound, deadline - loop.time())
                                 if bound <= 0:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 from ._config import check_name
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
     from ._config import Settings
     from ._holds import HoldRegistry
@@ -35,7 +35,7 @@ class Invocation(NamedTuple):
 
     script: Script
     keys: list[str]
-    args: list[str | int]
+    args: Sequence[str | int | bytes]
 
 
 class Call(NamedTuple):
@@ -75,6 +75,9 @@ class Waitable:
     #: Waiters are shared: every message wakes them all, as what lets one in lets them
     #: all in (readers); else only as many as the message's count says.
     shared_waits: ClassVar[bool] = False
+    #: A successful take leaves a receipt under its tombstone's name (the semaphore), to
+    #: delete once the take has returned.
+    receipts: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, name: str) -> None:
         self.settings = settings

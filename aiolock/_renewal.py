@@ -59,10 +59,21 @@ def _read_kind() -> tuple[Script, KeysOf, ArgsOf]:
     )
 
 
+def _fair_rw_kind() -> tuple[Script, KeysOf, ArgsOf]:
+    # KEYS[2i-1], KEYS[2i] = the holds' hash of hold i and its leases ZSET; ARGV[i+1] = its
+    # field.
+    return (
+        load_script("frw_renew"),
+        lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
+        lambda batch: [hold.field for hold in batch],
+    )
+
+
 #: Per hold kind: its renewal script and how a batch of holds becomes its KEYS and ARGV.
 _KINDS: dict[str, Callable[[], tuple[Script, KeysOf, ArgsOf]]] = {
     "hash": _hash_kind,
     "read": _read_kind,
+    "frw": _fair_rw_kind,
 }
 
 

@@ -8,7 +8,7 @@ answered.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final, cast
 
 import hiredis
@@ -50,7 +50,7 @@ def pack(*args: Arg) -> bytes:
     return _pack_command(args)
 
 
-def pack_script(sha: bytes, keys: list[str], args: list[str | int]) -> bytes:
+def pack_script(sha: bytes, keys: Sequence[str], args: Sequence[Arg]) -> bytes:
     """``EVALSHA sha len(keys) *keys *args`` as RESP bytes: the hot path of every call."""
     return _pack_command((b"EVALSHA", sha, len(keys), *keys, *args))
 

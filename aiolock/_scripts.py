@@ -32,7 +32,7 @@ from ._resp import pack, pack_script
 from ._transport import RetiredError
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Sequence
 
     from ._topology import Topology
     from ._transport import CommandTransport
@@ -60,7 +60,7 @@ class Script:
         object.__setattr__(self, "sha_bytes", sha.encode())
         object.__setattr__(self, "load", pack("SCRIPT", "LOAD", self.text))
 
-    def packed(self, keys: list[str], args: list[str | int]) -> bytes:
+    def packed(self, keys: list[str], args: Sequence[str | int | bytes]) -> bytes:
         """``EVALSHA`` of this script with ``keys`` and ``args``, as wire bytes."""
         return pack_script(self.sha_bytes, keys, args)
 
@@ -128,7 +128,7 @@ class ScriptRunner:
         """Keys of one shard may share a multi-key command (one cluster slot)."""
         return self._topology.shard(key)
 
-    async def run(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+    async def run(self, script: Script, keys: list[str], args: Sequence[str | int | bytes]) -> Any:
         """Run ``script`` with ``keys``/``args``, retrying transient errors and redirects."""
         command = script.packed(keys, args)
         transport = self._route(keys[0])
@@ -151,7 +151,7 @@ class ScriptRunner:
         )
 
     async def run_acked(
-        self, script: Script, keys: list[str], args: list[str | int]
+        self, script: Script, keys: list[str], args: Sequence[str | int | bytes]
     ) -> tuple[Any, int | None]:
         """``run()``, then how many replicas acknowledged it (None: none asked for).
 
@@ -194,7 +194,7 @@ class ScriptRunner:
             return await _send(transport, command, asking)
 
     async def run_batch(
-        self, script: Script, calls: list[tuple[list[str], list[str | int]]]
+        self, script: Script, calls: Sequence[tuple[list[str], Sequence[str | int | bytes]]]
     ) -> list[Any]:
         """Run ``script`` once per ``(keys, args)`` in ``calls``, in one round trip per server.
 
@@ -241,7 +241,9 @@ class ScriptRunner:
             await asyncio.gather(*(send_share(t, i) for t, i in shares.items()))
         return replies
 
-    async def _caught(self, script: Script, keys: list[str], args: list[str | int]) -> Any:
+    async def _caught(
+        self, script: Script, keys: list[str], args: Sequence[str | int | bytes]
+    ) -> Any:
         try:
             return await self.run(script, keys, args)
         except (RedisError, OSError) as exc:

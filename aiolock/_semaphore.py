@@ -10,7 +10,7 @@ gives twice.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from ._config import TimeArg, check_count, wait_seconds
 from ._keys import semaphore_channel
@@ -30,6 +30,8 @@ class SemaphoreState(Waitable):
     """The semaphore as the engine sees it: its scripts, its channel, its wake rule."""
 
     __slots__ = ("chan",)
+
+    receipts = True
 
     def __init__(self, settings: Settings, name: str) -> None:
         super().__init__(settings, name)
@@ -76,6 +78,10 @@ class SemaphoreState(Waitable):
             [self.key, self.chan, latch],
             [permits, s.publish, s.latch_ttl_ms],
         )
+
+
+def _taken(reply: Any) -> tuple[bool, float | None]:
+    return bool(reply), None
 
 
 class Semaphore:
@@ -130,7 +136,7 @@ class Semaphore:
         n = check_count(permits, "permits", minimum=1)
         s = self._s
         return await self._engine.take(
-            s, lambda receipt: s.take(n, receipt), lambda receipt: s.give_back(n, receipt), wait
+            s, lambda receipt: (s.take(n, receipt), s.give_back(n, receipt)), wait, _taken
         )
 
     async def release(self, permits: int = 1) -> None:

@@ -57,6 +57,23 @@ async def pubsub_clients(port: int) -> int:
     return sum(1 for entry in clients if int(entry.get("ssub", 0)))
 
 
+async def assert_one_subscriber_per_primary(cluster: ClusterHandle) -> None:
+    """Every primary gets exactly one pub/sub connection of the waiting client.
+
+    A call counts as waiting from the moment it starts to, before its SSUBSCRIBE is
+    confirmed: wait for a subscriber on every primary, then check there is only one.
+    """
+
+    async def counts() -> list[int]:
+        return [await pubsub_clients(node.port) for node in cluster.primaries()]
+
+    async def everywhere() -> bool:
+        return all(await counts())
+
+    await wait_until(everywhere, what="a subscriber on every primary")
+    assert await counts() == [1] * len(cluster.primaries())
+
+
 async def test_every_lock_type_on_every_primary(
     cluster: ClusterHandle, make_client: ClientFactory, uid: str
 ) -> None:
@@ -89,8 +106,7 @@ async def test_waiters_on_every_primary_are_woken_by_sharded_pubsub(
     tasks = [asyncio.create_task(wait_for(name)) for name in names]
     for name in names:
         await wait_until(lambda n=name: waiting.lock(n).statistics().tasks_waiting == 1)  # type: ignore[misc]
-    for node in cluster.primaries():
-        assert await pubsub_clients(node.port) == 1, f"pub/sub connections on {node.port}"
+    await assert_one_subscriber_per_primary(cluster)
     for name in names:
         await holder.lock(name, owner="h").unlock()
     async with asyncio.timeout(LIMIT):
@@ -100,32 +116,43 @@ async def test_waiters_on_every_primary_are_woken_by_sharded_pubsub(
 async def test_semaphore_and_latch_waiters_on_every_primary(
     cluster: ClusterHandle, make_client: ClientFactory, uid: str
 ) -> None:
-    """Semaphore and latch waiters on every primary, woken by another client's release
-    and count-down over sharded pub/sub."""
+    """Semaphore, permit-expirable semaphore and latch waiters on every primary, woken by
+    another client's releases and count-down over sharded pub/sub."""
     semaphores = names_on_every_primary(cluster, f"{uid}:sem")
     latches = names_on_every_primary(cluster, f"{uid}:latch")
+    permits = names_on_every_primary(cluster, f"{uid}:psem")
     giver, waiting = make_client(), make_client()
-    for sem, latch in zip(semaphores, latches, strict=True):
+    given = []
+    for sem, latch, psem in zip(semaphores, latches, permits, strict=True):
         assert await giver.semaphore(sem).try_set_permits(0)
         assert await giver.count_down_latch(latch).try_set_count(1)
+        assert await giver.permit_expirable_semaphore(psem).try_set_permits(1)
+        given.append(await giver.permit_expirable_semaphore(psem).acquire())
     tasks = [
         *(asyncio.create_task(waiting.semaphore(n).try_acquire(wait=LIMIT)) for n in semaphores),
         *(asyncio.create_task(waiting.count_down_latch(n).wait(timeout=LIMIT)) for n in latches),
     ]
-    await wait_until(lambda: waiting._waiting.total() == len(tasks))
-    for node in cluster.primaries():
-        assert await pubsub_clients(node.port) == 1, f"pub/sub connections on {node.port}"
-    for sem, latch in zip(semaphores, latches, strict=True):
+    taking = [
+        asyncio.create_task(waiting.permit_expirable_semaphore(n).try_acquire(wait=LIMIT))
+        for n in permits
+    ]
+    await wait_until(lambda: waiting._waiting.total() == len(tasks) + len(taking))
+    await assert_one_subscriber_per_primary(cluster)
+    for sem, latch, psem, permit in zip(semaphores, latches, permits, given, strict=True):
         await giver.semaphore(sem).release()
         await giver.count_down_latch(latch).count_down()
+        await giver.permit_expirable_semaphore(psem).release(permit)
     async with asyncio.timeout(LIMIT):
         assert await asyncio.gather(*tasks) == [True] * len(tasks)
+        taken = await asyncio.gather(*taking)
     raw = RedisCluster.from_url(cluster.url, decode_responses=True)
     try:
-        for sem, latch in zip(semaphores, latches, strict=True):
+        for sem, latch, psem, permit in zip(semaphores, latches, permits, taken, strict=True):
             assert await raw.get(sem) == "0"
             assert await raw.exists(latch) == 0
-            await raw.delete(sem)
+            assert permit is not None
+            await waiting.permit_expirable_semaphore(psem).release(permit)
+            await raw.delete(sem, psem)
     finally:
         await raw.aclose()
 

@@ -65,6 +65,9 @@ class LockKind:
     #: A lock over other locks (MultiLock, RedLock): it has no name or key of its own, so
     #: the per-handle checks of test_misuse.py do not apply (test_multilock.py has its own).
     composite: bool = False
+    #: The key that holds the lock's holds, from its name (the name itself in Redisson's
+    #: layouts).
+    key: Callable[[str], str] = str
 
 
 LOCK_FACTORIES: list[LockKind] = [
@@ -72,6 +75,17 @@ LOCK_FACTORIES: list[LockKind] = [
     LockKind("FairLock", lambda client, name, **kw: client.fair_lock(name, **kw)),
     LockKind("FencedLock", lambda client, name, **kw: client.fenced_lock(name, **kw)),
     LockKind("SpinLock", lambda client, name, **kw: client.spin_lock(name, **kw)),
+    LockKind(
+        "FairReadLock",
+        lambda client, name, **kw: client.fair_read_write_lock(name, **kw).read_lock(),
+        exclusive=False,
+        key=lambda name: f"aiolock_frw:{{{name}}}",
+    ),
+    LockKind(
+        "FairWriteLock",
+        lambda client, name, **kw: client.fair_read_write_lock(name, **kw).write_lock(),
+        key=lambda name: f"aiolock_frw:{{{name}}}",
+    ),
     LockKind(
         "MultiLock",
         lambda client, name, **kw: aiolock.MultiLock(

@@ -315,8 +315,8 @@ async def test_unlock_after_aclose_while_held(
         assert type(info.value) is aiolock.ClientClosedError
         assert str(info.value) == "the aiolock client is closed"
         # aclose() does not release (documented): the hold is still there, with a lease.
-        assert await raw.exists(name)
-        assert await raw.pttl(name) > 0
+        assert await raw.exists(kind.key(name))
+        assert await raw.pttl(kind.key(name)) > 0
     finally:
         await drop_test_keys(raw, uid)
 
@@ -341,11 +341,11 @@ async def put_foreign(raw: Redis, key: str, value_type: str) -> Callable[[], Awa
     return untouched
 
 
-def assert_wrong_type_error(error: BaseException, name: str) -> None:
+def assert_wrong_type_error(error: BaseException, name: str, key: str | None = None) -> None:
     """A LockError naming the lock, saying what is wrong, with Redis's WRONGTYPE as cause."""
     assert type(error) is aiolock.LockError
     message = str(error)
-    assert message.startswith(f"lock {name!r}: a key it uses ({name!r}"), message
+    assert message.startswith(f"lock {name!r}: a key it uses ({(key or name)!r}"), message
     assert "holds a value of another type" in message
     assert isinstance(error.__cause__, ResponseError)
     assert str(error.__cause__).startswith("WRONGTYPE")
@@ -358,17 +358,17 @@ async def test_wrong_type_at_the_lock_key(
     client: aiolock.Client, raw: Redis, name: str, *, kind: LockKind, method: str, value_type: str
 ) -> None:
     """Every method raises LockError naming the lock, and leaves the foreign value alone."""
-    untouched = await put_foreign(raw, name, value_type)
+    untouched = await put_foreign(raw, kind.key(name), value_type)
     handle = kind.make(client, name)
     try:
         with pytest.raises(aiolock.LockError) as info:
             async with asyncio.timeout(LIMIT):
                 await call(handle, method)
-        assert_wrong_type_error(info.value, name)
+        assert_wrong_type_error(info.value, name, kind.key(name))
         await untouched()
         assert_nothing_local(handle)
     finally:
-        await raw.delete(name)
+        await raw.delete(kind.key(name))
 
 
 @pytest.mark.parametrize(
@@ -602,7 +602,7 @@ async def test_release_refused_by_acl_changes_nothing(
         with pytest.raises(aiolock.LockError):
             await handle.unlock()
         assert handle.statistics().hold_count == 1
-        assert guarded_admin.exists(name)
+        assert guarded_admin.exists(kind.key(name))
         assert await handle.hold_count() == 1
     finally:
         await client.aclose()
@@ -743,6 +743,8 @@ async def test_acl_forbids_subscribe(
     )
     if kind.exclusive:
         blocker = kind.make(client, name, owner="blocker")
+    elif kind.id == "FairReadLock":
+        blocker = client.fair_read_write_lock(name, owner="blocker").write_lock()
     else:
         blocker = client.read_write_lock(name, owner="blocker").write_lock()
     handle = kind.make(client, name)

@@ -1,0 +1,116 @@
+-- Acquire (or re-enter) one side of a fair read-write lock, or queue up for it.
+--
+-- aiolock's own object (Redisson has none): holders and waiters are served in arrival
+-- order; consecutive readers at the head of the queue share the lock; a writer waits only
+-- for the holders and the waiters ahead of it, so a stream of readers cannot starve it.
+-- Layout: see fragments/frw_settle.lua; all keys in the name's hash slot.
+--
+-- KEYS[1]  state "aiolock_frw:{name}"
+-- KEYS[2]  leases "aiolock_frw_leases:{name}"
+-- KEYS[3]  queue "aiolock_frw_queue:{name}"
+-- KEYS[4]  deadlines "aiolock_frw_deadlines:{name}"
+-- KEYS[5]  channel "aiolock_frw__channel:{name}"
+-- KEYS[6]  cancel tombstone of this acquire call (written by frw_rollback.lua)
+-- ARGV[1]  lease in ms
+-- ARGV[2]  the field: "r:<holder>" or "w:<holder>"
+-- ARGV[3]  the count this holder has once this call succeeds (its local count + 1)
+-- ARGV[4]  "1": waiting variant (joins the queue), "0": no-wait variant (never does)
+-- ARGV[5]  how long a queued waiter stays queued without trying again, in ms
+-- ARGV[6]  publish command: PUBLISH or SPUBLISH
+-- ARGV[7]  cap in ms on the wait returned
+--
+-- Returns {1, count} when acquired, {0, wait} when not (wait: ms the caller may sleep at
+-- most before it tries again, refreshing its queue entry), {-1, 0} when this call was
+-- cancelled and rolled back already, {-2, count} when the holder's count is not ARGV[3] - 1
+-- (see lock_acquire.lua). ARGV[3] makes a resend idempotent, as in lock_acquire.lua.
+--
+-- Re-entry is never queued: a holder takes its own side again at once, and a writer may
+-- take the read side too. A new read hold needs no write hold of another holder and no
+-- writer queued ahead of it; a new write hold needs no hold at all, and to be at the head
+-- of the queue (or the queue empty). A reader let in with a reader next in the queue
+-- publishes, so that the readers at the head come in together. Anything purged (a lease
+-- ran out, a waiter gone) publishes too: someone may get in now.
+
+--@include clock
+--@include frw_settle
+--@include frw_purge
+--@include frw_hint
+--@include settled
+
+local now = server_ms()
+if frw_purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now) then
+    redis.call(ARGV[6], KEYS[5], '1')
+end
+
+local function hold(count)
+    redis.call('zadd', KEYS[2], now + tonumber(ARGV[1]), ARGV[2])
+    for _, key in ipairs({KEYS[1], KEYS[2]}) do
+        if redis.call('pttl', key) < tonumber(ARGV[1]) then
+            redis.call('pexpire', key, ARGV[1])
+        end
+    end
+    return {1, count}
+end
+
+local reply, count = settled(KEYS[1], ARGV[2], ARGV[3], nil)
+if reply then
+    if reply[1] == 1 then
+        return hold(reply[2])
+    end
+    return reply
+end
+if redis.call('exists', KEYS[6]) == 1 then
+    return {-1, 0}
+end
+if count then
+    return hold(redis.call('hincrby', KEYS[1], ARGV[2], 1))
+end
+
+local reading = string.sub(ARGV[2], 1, 2) == 'r:'
+local holder = string.sub(ARGV[2], 3)
+local mode = redis.call('hget', KEYS[1], 'mode')
+local granted = false
+if reading then
+    if redis.call('hexists', KEYS[1], 'w:' .. holder) == 1 then
+        granted = true
+    elseif mode ~= 'write' then
+        granted = true
+        local waiting = redis.call('lrange', KEYS[3], 0, -1)
+        for i = 1, #waiting do
+            if waiting[i] == ARGV[2] then
+                break
+            end
+            if string.sub(waiting[i], 1, 2) == 'w:' then
+                granted = false
+                break
+            end
+        end
+    end
+elseif not mode then
+    local head = redis.call('lindex', KEYS[3], 0)
+    granted = not head or head == ARGV[2]
+end
+
+if granted then
+    if redis.call('zrem', KEYS[4], ARGV[2]) == 1 then
+        redis.call('lrem', KEYS[3], 1, ARGV[2])
+    end
+    if mode ~= 'write' then
+        redis.call('hset', KEYS[1], 'mode', reading and 'read' or 'write')
+    end
+    local next_waiter = redis.call('lindex', KEYS[3], 0)
+    if reading and next_waiter and string.sub(next_waiter, 1, 2) == 'r:' then
+        redis.call(ARGV[6], KEYS[5], '1')
+    end
+    return hold(redis.call('hincrby', KEYS[1], ARGV[2], 1))
+end
+
+if ARGV[4] == '1' then
+    if redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[2]) == 1 then
+        redis.call('rpush', KEYS[3], ARGV[2])
+    end
+    for _, key in ipairs({KEYS[3], KEYS[4]}) do
+        redis.call('pexpire', key, ARGV[5])
+    end
+end
+return {0, frw_hint(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[7]))}

@@ -1,0 +1,23 @@
+-- Undo an attempt to take permits of a permit-expirable semaphore whose reply never
+-- arrived, so that no permit stays taken by nobody's knowledge.
+--
+-- KEYS[1]  the semaphore
+-- KEYS[2]  "{name}:timeout"
+-- KEYS[3]  the semaphore's channel "redisson_sc:{name}"
+-- KEYS[4]  that attempt's tombstone (the KEYS[4] it was sent with)
+-- ARGV[1]  publish command: PUBLISH or SPUBLISH
+-- ARGV[2]  tombstone TTL in ms
+-- ARGV[3…] that attempt's ids
+--
+-- Returns how many of its permits were given back (the new count published). The
+-- tombstone is written either way, so that a copy of the attempt still on its way takes
+-- nothing.
+
+--@include permits
+
+local removed = redis.call('zrem', KEYS[2], unpack(ARGV, 3))
+if removed > 0 then
+    give_permits(KEYS[1], KEYS[3], removed, ARGV[1])
+end
+redis.call('set', KEYS[4], 1, 'px', ARGV[2])
+return removed

@@ -1,0 +1,194 @@
+"""The fair read-write lock: arrival order across clients, readers at the head together, no
+writer starved, dead holders and dead waiters dropped, and waiters that leave the queue.
+
+The lock methods of both views are in the conformance suite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+
+from .conftest import ClientFactory
+from .helpers import quiesce, wait_until
+from .test_semaphore import cancel_at
+
+LIMIT = 10.0
+
+
+def keys(name: str) -> dict[str, str]:
+    return {
+        "state": f"aiolock_frw:{{{name}}}",
+        "leases": f"aiolock_frw_leases:{{{name}}}",
+        "queue": f"aiolock_frw_queue:{{{name}}}",
+        "deadlines": f"aiolock_frw_deadlines:{{{name}}}",
+    }
+
+
+async def queued(raw: Redis, name: str) -> list[str]:
+    return [str(entry) for entry in await raw.lrange(keys(name)["queue"], 0, -1)]
+
+
+async def test_layout(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """Holds are r:/w: fields with a lease each (server clock); a waiter is queued under the
+    same string; nothing is left once everything is released."""
+    frw = client.fair_read_write_lock(name, owner="a")
+    await frw.write_lock().lock()
+    await frw.read_lock().lock()
+    k = keys(name)
+    holder = f"{client.id}:owner:a"
+    assert await raw.hgetall(k["state"]) == {
+        "mode": "write",
+        f"w:{holder}": "1",
+        f"r:{holder}": "1",
+    }
+    assert sorted(await raw.zrange(k["leases"], 0, -1)) == [f"r:{holder}", f"w:{holder}"]
+    other = client.fair_read_write_lock(name, owner="b").read_lock()
+    waiter = asyncio.create_task(other.lock())
+    await wait_until(lambda: other.statistics().tasks_waiting == 1)
+    assert await queued(raw, name) == [f"r:{client.id}:owner:b"]
+    await frw.write_lock().unlock()
+    async with asyncio.timeout(LIMIT):
+        await waiter  # the write hold went: read mode, the queued reader comes in
+    assert await raw.hget(k["state"], "mode") == "read"
+    await frw.read_lock().unlock()
+    await other.unlock()
+    assert await raw.exists(*k.values()) == 0
+
+
+async def test_a_writer_is_not_starved_by_readers(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Readers hold; a writer queues; readers arriving after it wait for it, even with
+    try_lock(0) (Redisson's read-write lock lets them in ahead of the writer)."""
+    a, b, c = make_client(), make_client(), make_client()
+    reader = a.fair_read_write_lock(name, owner="r1").read_lock()
+    await reader.lock()
+    writer = b.fair_read_write_lock(name, owner="w").write_lock()
+    writing = asyncio.create_task(writer.try_lock(wait=LIMIT))
+    await wait_until(lambda: writer.statistics().tasks_waiting == 1)
+    late = c.fair_read_write_lock(name, owner="r2").read_lock()
+    assert not await late.try_lock()
+    late_reading = asyncio.create_task(late.try_lock(wait=LIMIT))
+    await wait_until(lambda: late.statistics().tasks_waiting == 1)
+    assert await queued(raw, name) == [f"w:{b.id}:owner:w", f"r:{c.id}:owner:r2"]
+    await reader.unlock()
+    async with asyncio.timeout(LIMIT):
+        assert await writing
+    assert not late_reading.done()
+    await writer.unlock()
+    async with asyncio.timeout(LIMIT):
+        assert await late_reading
+    await late.unlock()
+
+
+async def test_readers_at_the_head_come_in_together(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Writer holds; queued: reader, reader, writer, reader (three clients). The release
+    lets the first two readers in together; the second writer comes next; the last
+    reader, behind it, last."""
+    clients = [make_client() for _ in range(3)]
+
+    def side(i: int, owner: str, write: bool) -> Any:
+        frw = clients[i % 3].fair_read_write_lock(name, owner=owner)
+        return frw.write_lock() if write else frw.read_lock()
+
+    first = side(0, "w1", True)
+    await first.lock()
+    order: list[str] = []
+    queue = [("r1", False), ("r2", False), ("w2", True), ("r3", False)]
+    inside = asyncio.Event()
+    let_go = {owner: asyncio.Event() for owner, _ in queue}
+
+    async def wait(i: int, owner: str, write: bool) -> None:
+        handle = side(i + 1, owner, write)
+        async with handle.acquired(wait=LIMIT * 3):
+            order.append(owner)
+            inside.set()
+            await let_go[owner].wait()
+
+    tasks = []
+    for i, (owner, write) in enumerate(queue):
+        tasks.append(asyncio.create_task(wait(i, owner, write)))
+        await wait_until(partial(_queued_now, raw, name, i + 1))
+    await first.unlock()
+    await wait_until(lambda: len(order) == 2)
+    assert sorted(order) == ["r1", "r2"]
+    let_go["r1"].set()
+    let_go["r2"].set()
+    await wait_until(lambda: len(order) == 3)
+    assert order[2] == "w2"
+    let_go["w2"].set()
+    await wait_until(lambda: len(order) == 4)
+    assert order[3] == "r3"
+    let_go["r3"].set()
+    async with asyncio.timeout(LIMIT):
+        await asyncio.gather(*tasks)
+    assert await raw.exists(*keys(name).values()) == 0
+
+
+async def _queued_now(raw: Redis, name: str, count: int) -> bool:
+    return len(await queued(raw, name)) == count
+
+
+async def test_dead_holders_and_waiters_are_dropped(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A hold whose lease ended and a waiter whose entry was not refreshed in time (their
+    clients gone) stand in nobody's way: the next attempt purges them."""
+    k = keys(name)
+    seconds, _ = await raw.time()
+    past = seconds * 1000 - 1000
+    await raw.hset(k["state"], mapping={"mode": "write", "w:ghost": "1"})
+    await raw.zadd(k["leases"], {"w:ghost": past})
+    await raw.rpush(k["queue"], "w:ghost2")
+    await raw.zadd(k["deadlines"], {"w:ghost2": past})
+    writer = client.fair_read_write_lock(name).write_lock()
+    assert await writer.try_lock()
+    assert await queued(raw, name) == []
+    await writer.unlock()
+    assert await raw.exists(*k.values()) == 0
+
+
+async def test_upgrade_is_refused(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """A holder of read locks asking for the write lock: LockUpgradeError, nothing changed."""
+    frw = client.fair_read_write_lock(name)
+    await frw.read_lock().lock()
+    with pytest.raises(aiolock.LockUpgradeError):
+        await frw.write_lock().lock()
+    assert await queued(raw, name) == []
+    await frw.read_lock().unlock()
+
+
+async def test_a_waiter_that_gives_up_or_is_cancelled_leaves_the_queue(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """A queued writer cancelled at every loop iteration of its wait, or whose wait runs
+    out: its entry is gone, and the reader behind it is not held up."""
+    a, b = make_client(), make_client()
+    holder = a.fair_read_write_lock(name, owner="h").read_lock()
+    await holder.lock()
+    writer = b.fair_read_write_lock(name, owner="w").write_lock()
+    assert not await writer.try_lock(wait=0.05)
+    await quiesce(b)
+    assert await queued(raw, name) == []
+    for k in range(60):
+        task = asyncio.create_task(writer.try_lock(wait=LIMIT))
+        cancel_at(task, k)
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await quiesce(b)
+        assert await queued(raw, name) == [], f"k={k}"
+        assert writer.statistics().hold_count == 0
+        assert not await raw.hexists(keys(name)["state"], f"w:{b.id}:owner:w")
+    reader = b.fair_read_write_lock(name, owner="r").read_lock()
+    assert await reader.try_lock()
+    await reader.unlock()
+    await holder.unlock()

@@ -1,0 +1,257 @@
+"""The permit-expirable semaphore: Redisson's layout (raw 16-byte ids scored with their
+expiry), permits coming back when their lease runs out, waits bounded by the earliest
+expiry, and every change made once under cancellation and resends."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+
+from .faultproxy import FaultProxy, script
+from .helpers import quiesce, wait_until
+from .test_semaphore import CLOSED_PORT_URL, FAST, cancel_at
+
+LIMIT = 10.0
+NEVER = 922337203685477
+
+# Redisson's acquire of one permit, restated from redisson-spec-2.md 3.3 (without the
+# reclaim step): a Java service taking a permit with its own id and clock.
+_REDISSON_ACQUIRE = """
+local value = redis.call('get', KEYS[1])
+if value ~= false and tonumber(value) >= 1 then
+    redis.call('decrby', KEYS[1], 1)
+    redis.call('zadd', KEYS[2], ARGV[1], ARGV[2])
+    return 'OK'
+end
+return nil
+"""
+
+
+def timeouts(name: str) -> str:
+    return f"{{{name}}}:timeout"
+
+
+@pytest.fixture
+async def raw_bytes(redis_url: str) -> AsyncIterator[Redis]:
+    redis = Redis.from_url(redis_url)
+    yield redis
+    await redis.aclose()
+
+
+async def server_ms(raw: Redis) -> int:
+    seconds, micros = await raw.time()
+    return seconds * 1000 + micros // 1000
+
+
+async def test_layout(client: aiolock.Client, raw: Redis, raw_bytes: Redis, name: str) -> None:
+    """Ids are 16 raw bytes in {name}:timeout, scored with the expiry (server clock) or
+    Redisson's never-expires score; the count of available permits is RSemaphore's."""
+    psem = client.permit_expirable_semaphore(name)
+    assert await psem.try_set_permits(3)
+    before = await server_ms(raw)
+    leased = await psem.acquire(lease=60)
+    forever = await psem.acquire()
+    assert len(leased) == len(forever) == 32
+    assert await raw.get(name) == "1"
+    members: dict[Any, Any] = dict(
+        await raw_bytes.zrange(timeouts(name), 0, -1, withscores=True)  # type: ignore[arg-type]
+    )
+    assert set(members) == {bytes.fromhex(leased), bytes.fromhex(forever)}
+    assert members[bytes.fromhex(forever)] == NEVER
+    assert before + 60_000 <= members[bytes.fromhex(leased)] <= before + 61_000
+    assert await psem.available_permits() == 1
+    await psem.release(leased)
+    await psem.release(forever)
+    assert await psem.available_permits() == 3
+    assert await raw.exists(timeouts(name)) == 0
+    await raw.delete(name)
+
+
+async def test_release_of_an_unknown_permit(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """Unknown or released twice: LockNotOwnedError, and no permit comes back twice."""
+    psem = client.permit_expirable_semaphore(name)
+    assert await psem.try_set_permits(1)
+    permit = await psem.acquire()
+    await psem.release(permit)
+    with pytest.raises(aiolock.LockNotOwnedError, match="no permit has that id"):
+        await psem.release(permit)
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await psem.release("0" * 32)
+    assert await psem.available_permits() == 1
+    await raw.delete(name)
+
+
+async def test_an_expired_permit_comes_back_once(
+    client: aiolock.Client, raw: Redis, raw_bytes: Redis, name: str
+) -> None:
+    """A permit whose lease ran out: its release raises LockLostError and gives it back
+    once; another one's expiry ends a waiter's wait (the wait is bounded by it, not by a
+    message, which nobody sends)."""
+    psem = client.permit_expirable_semaphore(name)
+    assert await psem.try_set_permits(1)
+    short = await psem.acquire(lease=0.2)
+    score = await raw_bytes.zscore(timeouts(name), bytes.fromhex(short))
+    assert score is not None
+    await wait_until(lambda: _past(raw, score), what="the lease ran out on the server")
+    with pytest.raises(aiolock.LockLostError, match="lease had run out"):
+        await psem.release(short)
+    assert await psem.available_permits() == 1
+    await psem.acquire(lease=0.2)
+    async with asyncio.timeout(LIMIT):
+        waited = await psem.try_acquire(wait=LIMIT * 2)
+    assert waited is not None
+    await psem.release(waited)
+    assert await psem.available_permits() == 1
+    await raw.delete(name)
+
+
+async def _past(raw: Redis, score: float) -> bool:
+    return await server_ms(raw) > score
+
+
+async def test_permits_shared_with_a_redisson_client(
+    client: aiolock.Client, raw: Redis, raw_bytes: Redis, name: str
+) -> None:
+    """A Java service's permit (its own raw id) is released by aiolock by its hex id, and
+    wakes an aiolock waiter; aiolock's ids are what Java reads."""
+    psem = client.permit_expirable_semaphore(name)
+    assert await psem.try_set_permits(1)
+    java_id = bytes(range(16))
+    acquire = raw_bytes.register_script(_REDISSON_ACQUIRE)
+    assert await acquire(keys=[name, timeouts(name)], args=[NEVER, java_id]) == b"OK"
+    waiter = asyncio.create_task(psem.try_acquire(wait=LIMIT))
+    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    await client.permit_expirable_semaphore(name).release(java_id.hex())
+    async with asyncio.timeout(LIMIT):
+        permit = await waiter
+    assert permit is not None
+    assert await raw_bytes.zscore(timeouts(name), bytes.fromhex(permit)) == NEVER
+    await psem.release(permit)
+    await raw.delete(name)
+
+
+@pytest.fixture
+async def offline() -> AsyncIterator[aiolock.Client]:
+    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
+    yield client
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("call", "error", "message"),
+    [
+        (lambda p: p.release(None), TypeError, "permit_id must be a str, not NoneType"),
+        (lambda p: p.release("xyz"), ValueError, "permit_id must be 32 hex characters"),
+        (lambda p: p.release("A" * 32), ValueError, "permit_id must be 32 hex characters"),
+        (lambda p: p.acquire(lease=0), ValueError, "lease must be > 0"),
+        (lambda p: p.try_acquire(wait=-1), ValueError, "wait must be >= 0"),
+        (lambda p: p.try_set_permits(-1), ValueError, "permits must be >= 0"),
+        (lambda p: p.add_permits(1.5), TypeError, "permits must be an int, not float"),
+    ],
+)
+async def test_bad_input_is_refused_before_any_io(
+    offline: aiolock.Client, call: Callable[[Any], Awaitable[object]], error: type, message: str
+) -> None:
+    with pytest.raises(error, match=message):
+        await call(offline.permit_expirable_semaphore("p"))
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
+    async with FaultProxy.from_url(redis_url) as proxy:
+        yield proxy
+
+
+async def test_resends_take_and_give_once(proxy: FaultProxy, raw: Redis, name: str) -> None:
+    """An acquire and a release whose replies were lost are resent and count once: the
+    release is not then reported as unknown."""
+    client = aiolock.Client.from_url(proxy.url + FAST, retry_attempts=2, retry_interval=0.05)
+    try:
+        psem = client.permit_expirable_semaphore(name)
+        assert await psem.try_set_permits(2)
+        drop = proxy.drop_reply(script("psem_acquire"))
+        permit = await psem.acquire()
+        assert drop.executed.is_set()
+        assert await raw.get(name) == "1"
+        assert await raw.zcard(timeouts(name)) == 1
+        drop = proxy.drop_reply(script("psem_release"))
+        await psem.release(permit)
+        assert drop.executed.is_set()
+        assert await raw.get(name) == "2"
+    finally:
+        await client.aclose()
+    await raw.delete(name)
+
+
+async def test_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """try_acquire (free, and woken by a release) and release, cancelled at every loop
+    iteration: a cancelled acquire keeps no permit, a release is made once."""
+    psem = client.permit_expirable_semaphore(name)
+    assert await psem.try_set_permits(100)
+    cases = 0
+
+    async def total() -> tuple[int, int]:
+        return int(await raw.get(name) or 0), await raw.zcard(timeouts(name))
+
+    for k in range(400):
+        task = asyncio.create_task(psem.try_acquire())
+        cancel_at(task, k)
+        try:
+            permit = await task
+        except asyncio.CancelledError:
+            permit = None
+        await quiesce(client)
+        available, taken = await total()
+        assert (available, taken) == ((99, 1) if permit else (100, 0)), f"k={k}"
+        cases += 1
+        if permit:
+            break
+    assert permit is not None
+    await psem.release(permit)
+    for k in range(400):
+        permit = await psem.acquire()
+        task = asyncio.create_task(psem.release(permit))
+        cancel_at(task, k)
+        cancelled = False
+        try:
+            await task
+        except asyncio.CancelledError:
+            cancelled = True
+        await quiesce(client)
+        assert await total() == (100, 0), f"k={k}"
+        cases += 1
+        if not cancelled:
+            break
+    for k in range(400):
+        # One permit, taken: the release of it wakes the waiter.
+        await raw.delete(name, timeouts(name))
+        await raw.set(name, 1)
+        given = await psem.acquire()
+
+        async def woken(given: str = given) -> str | None:
+            releaser = asyncio.create_task(psem.release(given))
+            try:
+                return await psem.try_acquire(wait=LIMIT)
+            finally:
+                await releaser
+
+        task = asyncio.create_task(woken())
+        cancel_at(task, k)
+        try:
+            permit = await task
+        except asyncio.CancelledError:
+            permit = None
+        await quiesce(client)
+        assert await total() == ((0, 1) if permit else (1, 0)), f"k={k}"
+        cases += 1
+        if permit:
+            await psem.release(permit)
+            break
+    assert cases >= 6
+    await raw.delete(name)

@@ -33,7 +33,7 @@ from ._exceptions import ClientClosedError, LockLostError, LockNotOwnedError, Re
 from ._handover import HandOvers, Offer
 from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
-from ._primitive import Call
+from ._primitive import Call, Outcome
 from ._replies import AcquireReply, Release, decode_force, decode_release, script_error
 
 if TYPE_CHECKING:
@@ -966,7 +966,7 @@ class Engine:
         w: Waitable,
         attempt_for: Callable[[str], tuple[Invocation, Invocation]],
         wait: float | None,
-        decode: Callable[[Any], tuple[bool, float | None]],
+        decode: Callable[[Any], Outcome],
     ) -> bool:
         """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
 
@@ -980,7 +980,7 @@ class Engine:
         """
         mark, _ = self._call_starts()
 
-        async def attempt() -> tuple[bool, float | None]:
+        async def attempt() -> Outcome:
             tombstone = acquire_tombstone_key(w.key, self._request_id())
             invocation, undo_invocation = attempt_for(tombstone)
 
@@ -995,7 +995,7 @@ class Engine:
                 )
 
             try:
-                taken, hint = decode(await self._runner.run(*invocation))
+                outcome = decode(await self._runner.run(*invocation))
             except ResponseError as exc:
                 raise script_error(w.name, w.key, exc) from exc
             except _REFUSED:
@@ -1004,15 +1004,15 @@ class Engine:
                 undo()
                 raise
             if self.closed or cancelled_since(mark):
-                if taken:
+                if outcome.done:
                     undo()
                 if self.closed:
                     raise ClientClosedError
                 raise asyncio.CancelledError
-            if taken and w.receipts:
+            if outcome.done and w.receipts:
                 # Taken for good: no resend or undo will look for the receipt any more.
                 self._latches.add(tombstone)
-            return taken, hint
+            return outcome
 
         try:
             return await self._wait_for(w, attempt, wait)
@@ -1029,8 +1029,8 @@ class Engine:
         """Wait until ``holds()`` (a read: a latch at zero) is true, within ``wait``."""
         mark, _ = self._call_starts()
 
-        async def attempt() -> tuple[bool, float | None]:
-            return await holds(), None
+        async def attempt() -> Outcome:
+            return Outcome(await holds())
 
         try:
             done = await self._wait_for(w, attempt, wait)
@@ -1043,7 +1043,7 @@ class Engine:
     async def _wait_for(
         self,
         w: Waitable,
-        attempt: Callable[[], Awaitable[tuple[bool, float | None]]],
+        attempt: Callable[[], Awaitable[Outcome]],
         wait: float | None,
     ) -> bool:
         """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
@@ -1054,7 +1054,7 @@ class Engine:
         permit to expire); a waiter woken for nothing passes its turn
         on, so a message that lets someone in is never spent on one that cannot use it.
         """
-        if (await attempt())[0]:
+        if (await attempt()).done:
             return True
         if wait == 0:
             return False
@@ -1072,11 +1072,19 @@ class Engine:
                 try:
                     while not sub.stale:
                         waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
-                        done = False
+                        leaving = True
                         try:
-                            done, hint = await attempt()
-                            if done:
+                            outcome = await attempt()
+                            if outcome.done:
+                                leaving = False
                                 return True
+                            if outcome.spare:
+                                # Too little left for this call, but some: a waiter behind
+                                # may fit. It gets this call's wake-up, and this call waits
+                                # behind it (nothing is delivered in between: no await).
+                                room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                                waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
+                            hint = outcome.wait
                             bound = _RECHECK if hint is None else min(_RECHECK, hint)
                             if deadline is not None:
                                 bound = min(bound, deadline - loop.time())
@@ -1085,9 +1093,11 @@ class Engine:
                             self.check_open()
                             await waiter.wait(bound)
                             self.check_open()
+                            leaving = False
                         finally:
-                            # Woken, then beaten to it: the wake-up goes to the next one.
-                            room.remove(channel, waiter, leaving=not done)
+                            # Leaving without what it waits for (deadline, cancel, close):
+                            # a wake-up it was given goes on, as a lock waiter's does.
+                            room.remove(channel, waiter, leaving=leaving)
                 finally:
                     sub.release()
         finally:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ._config import TimeArg, check_count, lease_seconds, wait_seconds
 from ._exceptions import LockLostError, LockNotOwnedError
 from ._keys import semaphore_channel, suffixed
-from ._primitive import Invocation, Waitable
+from ._primitive import Invocation, Outcome, Waitable
 from ._scripts import load_script
 
 if TYPE_CHECKING:
@@ -99,12 +99,12 @@ class PermitState(Waitable):
         )
 
 
-def _decode(reply: Any) -> tuple[bool, float | None]:
+def _decode(reply: Any) -> Outcome:
     """``{1}``: taken; ``{0, ms}``: not, and the earliest permit expires in ms (-1: none)."""
     if int(reply[0]) == 1:
-        return True, None
+        return Outcome(done=True)
     ms = int(reply[1])
-    return False, None if ms < 0 else ms / 1000
+    return Outcome(done=False, wait=None if ms < 0 else ms / 1000)
 
 
 class PermitExpirableSemaphore:

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._holds import HoldRegistry
     from ._scripts import Script
 
-__all__ = ("Call", "Invocation", "Primitive", "Waitable", "lock_wake_count")
+__all__ = ("Call", "Invocation", "Outcome", "Primitive", "Waitable", "lock_wake_count")
 
 
 def lock_wake_count(data: bytes) -> int | None:
@@ -36,6 +36,22 @@ class Invocation(NamedTuple):
     script: Script
     keys: list[str]
     args: Sequence[str | int | bytes]
+
+
+class Outcome(NamedTuple):
+    """One attempt of a counting object (a take, or a look at a latch).
+
+    What the engine's waiting loop needs to know of it.
+    """
+
+    #: It took (or found) what the call waits for.
+    done: bool
+    #: How long the caller may wait at most before it tries again (None: until woken, or
+    #: the engine's re-check).
+    wait: float | None = None
+    #: Not done, but something is left another waiter could use (fewer permits than this
+    #: call asked for): a wake-up it was given goes on to the next waiter.
+    spare: bool = False
 
 
 class Call(NamedTuple):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from ._config import TimeArg, check_count, wait_seconds
 from ._keys import semaphore_channel
-from ._primitive import Invocation, Waitable
+from ._primitive import Invocation, Outcome, Waitable
 from ._scripts import load_script
 
 if TYPE_CHECKING:
@@ -80,8 +80,11 @@ class SemaphoreState(Waitable):
         )
 
 
-def _taken(reply: Any) -> tuple[bool, float | None]:
-    return bool(reply), None
+def _taken(reply: Any) -> Outcome:
+    """``{1}``: taken; ``{0, n}``: not, with n permits available (fewer than asked)."""
+    if int(reply[0]) == 1:
+        return Outcome(done=True)
+    return Outcome(done=False, spare=int(reply[1]) > 0)
 
 
 class Semaphore:

@@ -1,4 +1,5 @@
-"""``python -m benchmarks [--quick] [--pin] [--baseline REF] [--no-cluster] [--out DIR]``.
+"""``python -m benchmarks [--quick] [--pin] [--baseline REF] [--no-cluster]
+[--no-synchronizers] [--out DIR]``.
 
 Runs every case against one server, interleaving the implementations round-robin within
 each scenario and repetition (the starting implementation rotates per repetition), prints a
@@ -32,6 +33,7 @@ from ._plots import plot
 from ._report import markdown, ratios, targets, write
 from ._scale import POOLS, waiters_scenario, watchdog_case
 from ._stats import median_merge
+from ._synchronizers import run_synchronizers, synchronizers_markdown
 
 CASES = {
     "uncontended": "1",
@@ -99,6 +101,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--no-cluster",
         action="store_true",
         help="skip the cluster part (a local 3-primary cluster: cases 1-2 and scale-out)",
+    )
+    parser.add_argument(
+        "--no-synchronizers",
+        action="store_true",
+        help="skip the synchronizers part (semaphore, latch, fair read-write lock, RedLock)",
     )
     parser.add_argument("--duration", type=float, help="seconds per measurement")
     parser.add_argument("--reps", type=int, help="interleaved repetitions per scenario")
@@ -308,6 +315,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         pinned = _pin(server.url, args.pin_cpu) if args.pin else None
         runs = _run_cases(args, server.url, impls, run_id)
         result: dict[str, Any] = _run_scale(args, server.url, impls, run_id)
+        if not args.no_synchronizers and not args.only:
+            result["synchronizers"] = run_synchronizers(
+                url=server.url,
+                rounds=max(3, args.reps),
+                seconds=args.duration,
+                run_id=run_id,
+            )
     if not args.no_cluster and args.cases & {"uncontended", "contended"}:
         result["cluster"] = run_cluster(
             impls=impls, reps=args.reps, duration=args.duration, run_id=run_id, progress=_progress
@@ -338,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     md = markdown(result)
     if "cluster" in result:
         md += cluster_markdown(result["cluster"], impls)
+    if "synchronizers" in result:
+        md += synchronizers_markdown(result["synchronizers"])
     print()
     print(md)
     paths = write(args.out, result, md)

@@ -5,8 +5,8 @@
 -- ARGV[1]  permits to take (>= 1)
 -- ARGV[2]  receipt TTL in ms
 --
--- Returns 1 if the permits were taken, 0 if fewer are available (nothing changes) or if
--- the attempt was rolled back already.
+-- Returns {1} if the permits were taken, {0, available} if fewer are available (nothing
+-- changes), {0, 0} if the attempt was rolled back already.
 --
 -- Redisson's tryAcquire has no receipt: a resend of one whose reply was lost takes the
 -- permits twice. Here a resend finds the receipt and answers 1 again without taking more,
@@ -15,14 +15,14 @@
 local receipt = redis.call('get', KEYS[2])
 if receipt then
     if receipt == 'taken' then
-        return 1
+        return {1}
     end
-    return 0
+    return {0, 0}
 end
-local available = tonumber(redis.call('get', KEYS[1]))
-if not available or available < tonumber(ARGV[1]) then
-    return 0
+local available = tonumber(redis.call('get', KEYS[1])) or 0
+if available < tonumber(ARGV[1]) then
+    return {0, available}
 end
 redis.call('decrby', KEYS[1], ARGV[1])
 redis.call('set', KEYS[2], 'taken', 'px', ARGV[2])
-return 1
+return {1}

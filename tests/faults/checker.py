@@ -152,12 +152,14 @@ class Result:
     def unfenced(self) -> list[tuple[Hold, Hold]]:
         """Consecutive fenced holds of one name whose tokens did not grow.
 
-        Holds of one name never overlap unreported, so their start order is the order the
-        server granted them: a fencing token must be larger each time.
+        Only holds never reported lost count: they never overlap, so their start order is
+        the order the server granted them, and each token must be larger than the last. (A
+        hold reported lost may start, as its task sees it, after the next holder's: its
+        event loop was starved past its lease. Its smaller token is what fencing is for.)
         """
         by_name: dict[str, list[Hold]] = {}
         for hold in self.holds:
-            if hold.token is not None:
+            if hold.token is not None and hold.outcome == "ok":
                 by_name.setdefault(hold.name, []).append(hold)
         pairs = []
         for holds in by_name.values():
@@ -183,8 +185,12 @@ class Result:
                 found.append(f"counter of {name} is {value}, expected {expected}")
         if self.leftovers:
             found.append(f"left on the server: {self.leftovers[:10]}")
-        for a, b in self.unfenced[:5]:
-            found.append(f"fencing token did not grow on {a.name}: {a} then {b}")
+        if not lost_allowed:
+            # Where a server may lose writes (a restart without persistence, a failover:
+            # replication is asynchronous), the token counter may lose its last increments
+            # too: regressions are then a figure of the line, not a breach.
+            for a, b in self.unfenced[:5]:
+                found.append(f"fencing token did not grow on {a.name}: {a} then {b}")
         lost = self.total("lost")
         if lost and not lost_allowed:
             found.append(f"{lost} holds lost their lease in a scenario that must keep them")
@@ -220,7 +226,10 @@ class Result:
         counters_ok = all(v == e for v, e in self.counters.values())
         verdict = "PASS" if not self.problems(lost_allowed=True) else "FAIL"
         windowed = f", in switch windows {len(self.in_windows)}" if self.windows else ""
+        regressed = len(self.unfenced)
         figures = "".join(f"; {figure}" for figure in self.figures)
+        if regressed:
+            figures += f"; fencing tokens out of grant order {regressed}"
         return (
             f"{self.scenario} [{self.server}] {verdict}: "
             f"{self.load.processes}x{self.load.tasks} tasks, {len(self.holds):,} holds ({kinds}); "

@@ -15,11 +15,12 @@ import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ._config import TimeArg, check_count, lease_seconds, wait_seconds
+from ._config import TimeArg, lease_seconds, wait_seconds
 from ._exceptions import LockLostError, LockNotOwnedError
-from ._keys import semaphore_channel, suffixed
-from ._primitive import Invocation, Outcome, Waitable
+from ._keys import suffixed
+from ._primitive import Invocation, Outcome
 from ._scripts import load_script
+from ._semaphore import PermitCount, Permits
 
 if TYPE_CHECKING:
     from ._config import Settings
@@ -32,25 +33,14 @@ NEVER = 922337203685477
 _ID = re.compile(r"[0-9a-f]{32}")
 
 
-class PermitState(Waitable):
-    """The semaphore as the engine sees it: its scripts, channel and wake rule."""
+class PermitState(PermitCount):
+    """The semaphore as the engine sees it: the count, and the ZSET of the ids taken."""
 
-    __slots__ = ("chan", "timeouts")
+    __slots__ = ("timeouts",)
 
     def __init__(self, settings: Settings, name: str) -> None:
         super().__init__(settings, name)
-        self.chan = semaphore_channel(self.key)
         self.timeouts = suffixed(self.key, "timeout")
-
-    def channel(self, holder: str) -> str:
-        return self.chan
-
-    def wake_count(self, data: bytes) -> int | None:
-        # A count, meaning "wake up to this many" whatever Redisson's sender meant by it.
-        try:
-            return max(0, int(data))
-        except ValueError:
-            return None
 
     def take(self, ids: list[bytes], lease_ms: int, tombstone: str) -> Invocation:
         return Invocation(
@@ -82,22 +72,6 @@ class PermitState(Waitable):
             [self.settings.publish],
         )
 
-    def add(self, permits: int, latch: str) -> Invocation:
-        s = self.settings
-        return Invocation(
-            load_script("semaphore_add"),
-            [self.key, self.chan, latch],
-            [permits, s.publish, s.latch_ttl_ms],
-        )
-
-    def try_set(self, permits: int, latch: str) -> Invocation:
-        s = self.settings
-        return Invocation(
-            load_script("semaphore_try_set"),
-            [self.key, self.chan, latch],
-            [permits, s.publish, s.latch_ttl_ms],
-        )
-
 
 def _decode(reply: Any) -> Outcome:
     """``{1}``: taken; ``{0, ms}``: not, and the earliest permit expires in ms (-1: none)."""
@@ -107,7 +81,7 @@ def _decode(reply: Any) -> Outcome:
     return Outcome(done=False, wait=None if ms < 0 else ms / 1000)
 
 
-class PermitExpirableSemaphore:
+class PermitExpirableSemaphore(Permits):
     """A semaphore whose permits are taken by id, each with an optional lease.
 
     ``client.permit_expirable_semaphore(name)`` creates one. ``acquire()`` answers the
@@ -116,32 +90,12 @@ class PermitExpirableSemaphore:
     first with ``try_set_permits(n)``.
     """
 
-    __slots__ = ("_engine", "_s")
+    __slots__ = ()
+
+    _s: PermitState
 
     def __init__(self, engine: Engine, name: str) -> None:
-        self._engine = engine
-        self._s = PermitState(engine.settings, name)
-
-    @property
-    def name(self) -> str:
-        """The semaphore's name as given (without ``key_prefix``)."""
-        return self._s.name
-
-    def __repr__(self) -> str:
-        waiting = self._engine.waiting(self._s.key)
-        return f"<aiolock.PermitExpirableSemaphore {self._s.name!r}, {waiting} waiting>"
-
-    async def try_set_permits(self, permits: int) -> bool:
-        """Set the number of permits if none is set yet; True if it was set."""
-        n = check_count(permits, "permits", minimum=0)
-        s = self._s
-        return bool(await self._engine.change(s, lambda latch: s.try_set(n, latch), "set"))
-
-    async def add_permits(self, permits: int) -> None:
-        """Add ``permits`` (negative: take some away)."""
-        n = check_count(permits, "permits", minimum=-(2**63))
-        s = self._s
-        await self._engine.change(s, lambda latch: s.add(n, latch), "add permits to")
+        super().__init__(engine, PermitState(engine.settings, name))
 
     async def available_permits(self) -> int:
         """The permits available now, those whose lease ran out included."""

@@ -23,15 +23,17 @@ if TYPE_CHECKING:
     from ._config import Settings
     from ._engine import Engine
 
-__all__ = ("Semaphore", "SemaphoreState")
+__all__ = ("PermitCount", "Permits", "Semaphore", "SemaphoreState")
 
 
-class SemaphoreState(Waitable):
-    """The semaphore as the engine sees it: its scripts, its channel, its wake rule."""
+class PermitCount(Waitable):
+    """What both semaphores share as the engine sees them.
+
+    The count of available permits (Redisson's string ``name``), its channel and wake rule,
+    and the scripts that set it and add to it.
+    """
 
     __slots__ = ("chan",)
-
-    receipts = True
 
     def __init__(self, settings: Settings, name: str) -> None:
         super().__init__(settings, name)
@@ -41,27 +43,12 @@ class SemaphoreState(Waitable):
         return self.chan
 
     def wake_count(self, data: bytes) -> int | None:
-        # The new number of permits available: wake that many waiters (a waiter that
-        # finds too few passes its wake-up on). Anything else: wake them all to look.
+        # A count: wake up to that many waiters (one that finds too few passes its wake-up
+        # on), whatever Redisson's sender meant by it. Anything else: wake them all to look.
         try:
             return max(0, int(data))
         except ValueError:
             return None
-
-    def take(self, permits: int, receipt: str) -> Invocation:
-        return Invocation(
-            load_script("semaphore_acquire"),
-            [self.key, receipt],
-            [permits, self.settings.latch_ttl_ms],
-        )
-
-    def give_back(self, permits: int, receipt: str) -> Invocation:
-        s = self.settings
-        return Invocation(
-            load_script("semaphore_rollback"),
-            [self.key, self.chan, receipt],
-            [permits, s.publish, s.latch_ttl_ms],
-        )
 
     def add(self, permits: int, latch: str) -> Invocation:
         s = self.settings
@@ -80,6 +67,29 @@ class SemaphoreState(Waitable):
         )
 
 
+class SemaphoreState(PermitCount):
+    """The semaphore as the engine sees it: the count, and takes with a receipt each."""
+
+    __slots__ = ()
+
+    receipts = True
+
+    def take(self, permits: int, receipt: str) -> Invocation:
+        return Invocation(
+            load_script("semaphore_acquire"),
+            [self.key, receipt],
+            [permits, self.settings.latch_ttl_ms],
+        )
+
+    def give_back(self, permits: int, receipt: str) -> Invocation:
+        s = self.settings
+        return Invocation(
+            load_script("semaphore_rollback"),
+            [self.key, self.chan, receipt],
+            [permits, s.publish, s.latch_ttl_ms],
+        )
+
+
 def _taken(reply: Any) -> Outcome:
     """``{1}``: taken; ``{0, n}``: not, with n permits available (fewer than asked)."""
     if int(reply[0]) == 1:
@@ -87,20 +97,16 @@ def _taken(reply: Any) -> Outcome:
     return Outcome(done=False, spare=int(reply[1]) > 0)
 
 
-class Semaphore:
-    """A distributed counting semaphore; ``client.semaphore(name)`` creates one.
-
-    Permits have no owner: any task of any client may release them, and releases are not
-    bounded by the permits set (as in Redisson). ``async with sem:`` takes one permit and
-    gives it back on exit, cancelled or not. A semaphore that was never set has no permits:
-    call ``try_set_permits(n)`` first.
-    """
+class Permits:
+    """What both semaphore handles share: the name, and setting and adding permits."""
 
     __slots__ = ("_engine", "_s")
 
-    def __init__(self, engine: Engine, name: str) -> None:
+    _s: PermitCount
+
+    def __init__(self, engine: Engine, state: PermitCount) -> None:
         self._engine = engine
-        self._s = SemaphoreState(engine.settings, name)
+        self._s = state
 
     @property
     def name(self) -> str:
@@ -108,7 +114,8 @@ class Semaphore:
         return self._s.name
 
     def __repr__(self) -> str:
-        return f"<aiolock.Semaphore {self._s.name!r}, {self._engine.waiting(self._s.key)} waiting>"
+        waiting = self._engine.waiting(self._s.key)
+        return f"<aiolock.{type(self).__name__} {self._s.name!r}, {waiting} waiting>"
 
     async def try_set_permits(self, permits: int) -> bool:
         """Set the number of permits if the semaphore has none set yet; True if it was set."""
@@ -121,6 +128,23 @@ class Semaphore:
         n = check_count(permits, "permits", minimum=-(2**63))
         s = self._s
         await self._engine.change(s, lambda latch: s.add(n, latch), "add permits to")
+
+
+class Semaphore(Permits):
+    """A distributed counting semaphore; ``client.semaphore(name)`` creates one.
+
+    Permits have no owner: any task of any client may release them, and releases are not
+    bounded by the permits set (as in Redisson). ``async with sem:`` takes one permit and
+    gives it back on exit, cancelled or not. A semaphore that was never set has no permits:
+    call ``try_set_permits(n)`` first.
+    """
+
+    __slots__ = ()
+
+    _s: SemaphoreState
+
+    def __init__(self, engine: Engine, name: str) -> None:
+        super().__init__(engine, SemaphoreState(engine.settings, name))
 
     async def available_permits(self) -> int:
         """The number of permits available now (0 if the semaphore was never set)."""

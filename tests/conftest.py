@@ -17,6 +17,7 @@ from redis.asyncio.connection import AbstractConnection
 import aiolock
 from aiolock.testing import ServerHandle, redis_server
 
+from .faultproxy import FaultProxy
 from .topologies import ClusterHandle, redis_cluster
 
 
@@ -189,3 +190,22 @@ async def make_client(redis_url: str, raw: Redis) -> AsyncIterator[ClientFactory
 async def client(make_client: ClientFactory) -> aiolock.Client:
     """A client with the default options."""
     return make_client()
+
+
+#: A port nothing listens on: a client there fails at its first I/O.
+CLOSED_PORT_URL = "redis://127.0.0.1:1/0"
+
+
+@pytest.fixture
+async def offline() -> AsyncIterator[aiolock.Client]:
+    """A client whose server does not exist: a call that reached I/O would fail differently."""
+    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
+    """A fault proxy in front of the test server."""
+    async with FaultProxy.from_url(redis_url) as proxy:
+        yield proxy

@@ -123,3 +123,22 @@ async def quiesce(client: Any, *, limit: float = 30.0) -> None:
     belief are made once that work is done.
     """
     await wait_until(lambda: not _settling(client), limit=limit, what="background work settled")
+
+
+#: Short socket timeouts, so that a reply a fault proxy drops costs a fraction of a second.
+FAST = "?socket_timeout=0.3&socket_connect_timeout=0.3"
+
+
+def cancel_at(task: asyncio.Task[Any], k: int) -> None:
+    """Cancel ``task`` at the k-th event-loop iteration from now, if it still runs."""
+    loop = asyncio.get_running_loop()
+
+    def hop(i: int) -> None:
+        if task.done():
+            return
+        if i == k:
+            task.cancel()
+            return
+        loop.call_soon(hop, i + 1)
+
+    loop.call_soon(hop, 0)

@@ -4,7 +4,7 @@ hang (a Java delete() wakes them too), and count-downs made exactly once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -14,8 +14,7 @@ import aiolock
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
-from .helpers import quiesce, wait_until
-from .test_semaphore import CLOSED_PORT_URL, FAST, cancel_at
+from .helpers import FAST, cancel_at, quiesce, wait_until
 
 LIMIT = 10.0
 
@@ -121,13 +120,6 @@ async def test_a_wait_runs_out(client: aiolock.Client, name: str) -> None:
     await latch.count_down()
 
 
-@pytest.fixture
-async def offline() -> AsyncIterator[aiolock.Client]:
-    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
-    yield client
-    await client.aclose()
-
-
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -142,12 +134,6 @@ async def test_bad_input_is_refused_before_any_io(
 ) -> None:
     with pytest.raises(error, match=message):
         await call(offline.count_down_latch("l"))
-
-
-@pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy.from_url(redis_url) as proxy:
-        yield proxy
 
 
 async def test_resent_count_down_counts_once(proxy: FaultProxy, raw: Redis, name: str) -> None:

@@ -33,9 +33,8 @@ from redis.asyncio import Redis
 
 import aiolock
 
-from .helpers import quiesce, wait_until
+from .helpers import cancel_at, quiesce, wait_until
 from .test_model import settings_for
-from .test_semaphore import cancel_at
 
 LIMIT = 10.0
 CANCELLED = "cancelled"

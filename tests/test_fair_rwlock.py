@@ -16,8 +16,7 @@ from redis.asyncio import Redis
 import aiolock
 
 from .conftest import ClientFactory
-from .helpers import quiesce, wait_until
-from .test_semaphore import cancel_at
+from .helpers import cancel_at, quiesce, wait_until
 
 LIMIT = 10.0
 

@@ -42,12 +42,6 @@ def spawn(call: Awaitable[T]) -> asyncio.Task[T]:
 
 
 @pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy.from_url(redis_url) as proxy:
-        yield proxy
-
-
-@pytest.fixture
 async def connect(proxy: FaultProxy) -> AsyncIterator[Connect]:
     """Clients through the proxy, without retries (a retry would hide the fault)."""
     clients: list[Redis] = []

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -36,7 +36,6 @@ from .test_conformance import LOCK_FACTORIES, LockKind, LockLike
 
 # Safety net only: every call below ends on its own, with a result or an error.
 LIMIT = 10.0
-CLOSED_PORT_URL = "redis://127.0.0.1:1/0"
 
 _RW_KINDS = [
     LockKind(
@@ -109,14 +108,6 @@ async def drop_test_keys(raw: Redis, uid: str) -> None:
 
 
 # -- arguments of the other lock types ------------------------------------------------------
-
-
-@pytest.fixture
-async def offline() -> AsyncIterator[aiolock.Client]:
-    """A client whose server does not exist: a call that reached I/O would fail differently."""
-    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
-    yield client
-    await client.aclose()
 
 
 @pytest.mark.parametrize("kind", NOT_LOCK)

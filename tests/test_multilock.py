@@ -17,17 +17,9 @@ import aiolock
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
-from .helpers import quiesce
-from .test_semaphore import CLOSED_PORT_URL, cancel_at
+from .helpers import cancel_at, quiesce
 
 LIMIT = 10.0
-
-
-@pytest.fixture
-async def offline() -> AsyncIterator[aiolock.Client]:
-    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
-    yield client
-    await client.aclose()
 
 
 @pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])

@@ -14,8 +14,7 @@ from redis.asyncio import Redis
 import aiolock
 
 from .faultproxy import FaultProxy, script
-from .helpers import quiesce, wait_until
-from .test_semaphore import CLOSED_PORT_URL, FAST, cancel_at
+from .helpers import FAST, cancel_at, quiesce, wait_until
 
 LIMIT = 10.0
 NEVER = 922337203685477
@@ -136,13 +135,6 @@ async def test_permits_shared_with_a_redisson_client(
     await raw.delete(name)
 
 
-@pytest.fixture
-async def offline() -> AsyncIterator[aiolock.Client]:
-    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
-    yield client
-    await client.aclose()
-
-
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -160,12 +152,6 @@ async def test_bad_input_is_refused_before_any_io(
 ) -> None:
     with pytest.raises(error, match=message):
         await call(offline.permit_expirable_semaphore("p"))
-
-
-@pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy.from_url(redis_url) as proxy:
-        yield proxy
 
 
 async def test_resends_take_and_give_once(proxy: FaultProxy, raw: Redis, name: str) -> None:

@@ -26,12 +26,6 @@ FAST = "?socket_timeout=0.3&socket_connect_timeout=0.3"
 
 
 @pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy.from_url(redis_url) as proxy:
-        yield proxy
-
-
-@pytest.fixture
 async def proxied(proxy: FaultProxy, raw: Redis) -> AsyncIterator[aiolock.Client]:
     """A client whose every connection goes through the proxy; retries on."""
     client = aiolock.Client.from_url(

@@ -9,7 +9,7 @@ Redis are exactly what the calls that returned took and gave.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -19,11 +19,9 @@ import aiolock
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
-from .helpers import quiesce, wait_until
+from .helpers import FAST, cancel_at, quiesce, wait_until
 
 LIMIT = 10.0
-FAST = "?socket_timeout=0.3&socket_connect_timeout=0.3"
-CLOSED_PORT_URL = "redis://127.0.0.1:1/0"
 
 # Redisson's release, restated from redisson-spec-2.md 2.2 (a Java service's view).
 _REDISSON_RELEASE = """
@@ -139,13 +137,6 @@ async def test_a_wake_up_too_small_for_one_waiter_goes_to_the_next(
     await raw.delete(name)
 
 
-@pytest.fixture
-async def offline() -> AsyncIterator[aiolock.Client]:
-    client = aiolock.Client.from_url(CLOSED_PORT_URL, retry_attempts=0)
-    yield client
-    await client.aclose()
-
-
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -164,12 +155,6 @@ async def test_bad_input_is_refused_before_any_io(
 ) -> None:
     with pytest.raises(error, match=message):
         await call(offline.semaphore("s"))
-
-
-@pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy.from_url(redis_url) as proxy:
-        yield proxy
 
 
 async def test_resends_take_and_give_once(proxy: FaultProxy, raw: Redis, name: str) -> None:
@@ -192,21 +177,6 @@ async def test_resends_take_and_give_once(proxy: FaultProxy, raw: Redis, name: s
     finally:
         await client.aclose()
     await raw.delete(name)
-
-
-def cancel_at(task: asyncio.Task[Any], k: int) -> None:
-    """Cancel ``task`` at the k-th event-loop iteration from now, if it still runs."""
-    loop = asyncio.get_running_loop()
-
-    def hop(i: int) -> None:
-        if task.done():
-            return
-        if i == k:
-            task.cancel()
-            return
-        loop.call_soon(hop, i + 1)
-
-    loop.call_soon(hop, 0)
 
 
 async def sweep(

@@ -201,12 +201,6 @@ async def test_resp3(make: Make, redis_url: str, raw: Redis, uid: str) -> None:
 # --- faults -------------------------------------------------------------------------------
 
 
-@pytest.fixture
-async def proxy(redis_url: str) -> AsyncIterator[FaultProxy]:
-    async with FaultProxy.from_url(redis_url) as proxy:
-        yield proxy
-
-
 async def test_a_dropped_connection_fails_everything_in_flight(
     make: Make, proxy: FaultProxy, raw: Redis, uid: str
 ) -> None:

@@ -53,7 +53,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 import aiolock
-from aiolock._keys import fair_queue_key, fair_timeout_key
+from aiolock._keys import fair_queue_key, fair_timeout_key, prefixed
 
 from .helpers import dispatchers_of, quiesce, wait_until
 
@@ -72,6 +72,8 @@ __all__ = (
     "k_schedule",
     "parked",
     "rival_handle",
+    "rival_kind",
+    "state_key",
 )
 
 T = TypeVar("T")
@@ -83,6 +85,8 @@ AnyLock: TypeAlias = (
     | aiolock.WriteLock
     | aiolock.FencedLock
     | aiolock.SpinLock
+    | aiolock.FairReadLock
+    | aiolock.FairWriteLock
 )
 Releaser: TypeAlias = Callable[[], Awaitable[object]]
 
@@ -110,6 +114,25 @@ class Kind(enum.Enum):
     WRITE = "write_lock"
     FENCED = "fenced_lock"
     SPIN = "spin_lock"
+    FREAD = "fair_read_lock"
+    FWRITE = "fair_write_lock"
+
+
+#: The two sides of the fair read-write lock, whose holds live in a hash of their own.
+FAIR_RW = frozenset({Kind.FREAD, Kind.FWRITE})
+#: The sides of either read-write lock: each excludes the other.
+_OTHER_SIDE = {
+    Kind.READ: Kind.WRITE,
+    Kind.WRITE: Kind.READ,
+    Kind.FREAD: Kind.FWRITE,
+    Kind.FWRITE: Kind.FREAD,
+}
+
+
+def state_key(kind: Kind, name: str) -> str:
+    """The hash holding the holds of ``kind`` on ``name`` (the name itself but for the fair
+    read-write lock)."""
+    return prefixed("aiolock_frw", name) if kind in FAIR_RW else name
 
 
 class Call(enum.Enum):
@@ -222,7 +245,7 @@ class Spec:
 
 
 def all_specs() -> list[Spec]:
-    """Every combination: 6 lock types x 9 calls x their 3 or 4 scenarios x (task, owner=)."""
+    """Every combination: 8 lock types x 9 calls x their 3 or 4 scenarios x (task, owner=)."""
     return [
         Spec(kind, call, scenario, owner)
         for kind in Kind
@@ -261,6 +284,9 @@ def handle(client: aiolock.Client, kind: Kind, name: str, owner: str | None) -> 
         return client.fenced_lock(name, owner=owner)
     if kind is Kind.SPIN:
         return client.spin_lock(name, owner=owner)
+    if kind in FAIR_RW:
+        frw = client.fair_read_write_lock(name, owner=owner)
+        return frw.read_lock() if kind is Kind.FREAD else frw.write_lock()
     rw = client.read_write_lock(name, owner=owner)
     return rw.read_lock() if kind is Kind.READ else rw.write_lock()
 
@@ -269,7 +295,7 @@ def rival_kind(kind: Kind) -> Kind:
     """The lock type a rival holds to exclude a holder of ``kind``."""
     # A writer excludes a reader; a reader excludes a writer (its release publishes "0",
     # which covers the other wake-up path of the read-write lock).
-    return {Kind.READ: Kind.WRITE, Kind.WRITE: Kind.READ}.get(kind, kind)
+    return _OTHER_SIDE.get(kind, kind)
 
 
 def rival_handle(client: aiolock.Client, kind: Kind, name: str, *, same: bool = False) -> AnyLock:
@@ -700,7 +726,7 @@ class _Case:
         elif call.releases:
             expected = before - 1
         elif call is Call.FORCE and spec.scenario is not Scenario.FREE:
-            forced = await self.sweep.raw.exists(self.name) == 0
+            forced = await self.sweep.raw.exists(state_key(spec.kind, self.name)) == 0
             if outcome == "untouched" and not forced:
                 self.fail("force_unlock() returned but the lock is still held")
         if forced:
@@ -773,14 +799,30 @@ class _Case:
         """No orphan hold, timeout key, queue entry, waiter or subscription reference."""
         sweep, raw, name = self.sweep, self.sweep.raw, self.name
         kind = self.spec.kind
-        fields = await raw.hgetall(name)
+        fields = await raw.hgetall(state_key(kind, name))
         mode = fields.pop("mode", None)
         counts = sorted(int(value) for value in fields.values())
         wanted = sorted(c for c in (holder_count, rival_count, self.sibling_count) if c)
         if counts != wanted:
             self.fail(f"lock hash counts {counts} (fields {sorted(fields)}), expected {wanted}")
-        if kind in {Kind.READ, Kind.WRITE} and (mode is None) != (not wanted):
+        if kind in _OTHER_SIDE and (mode is None) != (not wanted):
             self.fail(f"read-write lock mode {mode!r} with holds {counts}")
+        await self._check_kind_keys(holder_count, rival_count, sorted(map(str, fields)))
+        for side, probe in (("holder", self.probe), ("rival", self.rival_probe)):
+            if probe.statistics().tasks_waiting:
+                self.fail(f"{side}'s client still counts a waiter")
+        for side, client in (("holder", sweep.a), ("rival", sweep.b)):
+            refs = {ch: n for ch, n in client._pubsub.channels().items() if n}
+            mine = {ch: n for ch, n in refs.items() if name in ch}
+            if mine:
+                self.fail(f"{side}'s client still references subscriptions {mine}")
+            if len(refs) > len(mine):
+                # Reported by their own case already, unless they leaked after its checks.
+                self.fail(f"{side}'s client references channels of earlier cases")
+
+    async def _check_kind_keys(self, holder_count: int, rival_count: int, holds: list[str]) -> None:
+        """The keys a lock type keeps beside its holds: read timeouts, queues, leases."""
+        raw, name, kind = self.sweep.raw, self.name, self.spec.kind
         if kind in {Kind.READ, Kind.WRITE}:
             readers = (holder_count if kind is Kind.READ else 0) + (
                 rival_count if self.rival_kind is Kind.READ else 0
@@ -794,17 +836,14 @@ class _Case:
             timeouts_z = await raw.zrange(fair_timeout_key(name), 0, -1)
             if queued or timeouts_z:
                 self.fail(f"fair lock queue {queued} / timeouts {timeouts_z} left behind")
-        for side, probe in (("holder", self.probe), ("rival", self.rival_probe)):
-            if probe.statistics().tasks_waiting:
-                self.fail(f"{side}'s client still counts a waiter")
-        for side, client in (("holder", sweep.a), ("rival", sweep.b)):
-            refs = {ch: n for ch, n in client._pubsub.channels().items() if n}
-            mine = {ch: n for ch, n in refs.items() if name in ch}
-            if mine:
-                self.fail(f"{side}'s client still references subscriptions {mine}")
-            if len(refs) > len(mine):
-                # Reported by their own case already, unless they leaked after its checks.
-                self.fail(f"{side}'s client references channels of earlier cases")
+        if kind in FAIR_RW:
+            leases = await raw.zrange(prefixed("aiolock_frw_leases", name), 0, -1)
+            if sorted(leases) != holds:
+                self.fail(f"lease entries {sorted(leases)} for holds {holds}")
+            queued = await raw.lrange(prefixed("aiolock_frw_queue", name), 0, -1)
+            deadlines = await raw.zrange(prefixed("aiolock_frw_deadlines", name), 0, -1)
+            if queued or deadlines:
+                self.fail(f"fair read-write queue {queued} / deadlines {deadlines} left behind")
 
     async def follow_up(self, forced: bool) -> None:
         """Invariant 3: the rival lets go, then the holder's next calls work."""

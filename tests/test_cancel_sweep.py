@@ -32,6 +32,8 @@ from .sweep import (
     k_schedule,
     parked,
     rival_handle,
+    rival_kind,
+    state_key,
 )
 
 #: Rounds of the whole k sweep per combination in full mode: which await point a given k
@@ -188,7 +190,9 @@ async def _defect1_case(
     untouched = not delivered[0]
     assert cancelling_in_body or not untouched, f"j={j}: neither cancelled nor entered"
     await quiesce(client)
-    assert await raw.exists(lock_name) == 0, f"j={j}: the body's exit did not release"
+    assert await raw.exists(state_key(kind, lock_name)) == 0, (
+        f"j={j}: the body's exit did not release"
+    )
     if cancelling_in_body and (delivered[0] or cancelling_in_body[0]):
         return cancelling_in_body[0], untouched
     return None, untouched
@@ -232,7 +236,7 @@ async def test_defect8_reentry_is_immediate_while_another_local_task_waits(
     holder = Holder("holder")
     await holder.call(lock.lock)
     # Another task of the same client, on the side that the holder's hold excludes.
-    other_kind = {Kind.READ: Kind.WRITE, Kind.WRITE: Kind.READ}.get(kind, kind)
+    other_kind = rival_kind(kind)
     other = handle(client, other_kind, name, None)
 
     async def other_waits_then_takes_it() -> None:
@@ -266,7 +270,7 @@ async def test_defect8_reentry_is_immediate_while_another_local_task_waits(
             await other_task
         await holder.stop()
     await quiesce(client)
-    assert await raw.exists(name) == 0
+    assert await raw.exists(state_key(kind, name)) == 0
 
 
 def _waiting(client: aiolock.Client, kind: Kind, name: str) -> bool:

@@ -198,3 +198,106 @@ async def test_partition_longer_than_the_lease_is_reported(
         assert await raw.exists(name) == 0
     finally:
         await client.aclose()
+
+
+# -- the fair read-write lock: its own scripts, the same resend rules ------------------------
+
+
+def frw_keys(name: str) -> list[str]:
+    """Every key of the fair read-write lock ``name``."""
+    return [f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw", "aiolock_frw_leases")] + [
+        f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw_queue", "aiolock_frw_deadlines")
+    ]
+
+
+def frw_side(
+    client: aiolock.Client, name: str, side: str
+) -> aiolock.FairReadLock | aiolock.FairWriteLock:
+    frw = client.fair_read_write_lock(name, owner="o")
+    return frw.read_lock() if side == "r" else frw.write_lock()
+
+
+@pytest.mark.parametrize("side", ["r", "w"], ids=["read", "write"])
+async def test_fair_rw_acquire_and_release_whose_replies_were_lost_count_once(
+    side: str, proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A fair read-write lock() and unlock() resent after their replies were lost take and
+    give back one hold each."""
+    lock = frw_side(proxied, name, side)
+    state, leases = frw_keys(name)[:2]
+    field = f"{side}:{proxied.id}:owner:o"
+    drop = proxy.drop_reply(script("frw_acquire"))
+    await lock.lock()
+    assert drop.executed.is_set()
+    assert await raw.hget(state, field) == "1"
+    await lock.lock()
+    drop = proxy.drop_reply(script("frw_release"))
+    await lock.unlock()
+    assert drop.executed.is_set()
+    assert await raw.hget(state, field) == "1"
+    assert await raw.zrange(leases, 0, -1) == [field]
+    assert lock.statistics().hold_count == 1
+    await lock.unlock()
+    assert await raw.exists(*frw_keys(name)) == 0
+
+
+async def test_fair_rw_rollback_whose_reply_was_lost_is_resent(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A fair read-write acquire cancelled in flight, its rollback's reply lost: free."""
+    lock = frw_side(proxied, name, "w")
+    acquire_drop = proxy.drop_reply(script("frw_acquire"))
+    rollback_drop = proxy.drop_reply(script("frw_rollback"))
+    acquire = asyncio.create_task(lock.lock())
+    await asyncio.wait_for(acquire_drop.executed.wait(), LIMIT)
+    acquire.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await acquire
+    await asyncio.wait_for(rollback_drop.executed.wait(), LIMIT)
+    await quiesce(proxied)
+    assert await raw.exists(*frw_keys(name)) == 0
+    assert lock.statistics().hold_count == 0
+    assert await lock.try_lock(wait=0)
+    await lock.unlock()
+
+
+async def test_fair_rw_leave_whose_reply_was_lost_is_resent(
+    proxy: FaultProxy, proxied: aiolock.Client, make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """A queued writer that gives up leaves the queue even when the exit's reply is lost, so
+    a reader behind it is not held back by it."""
+    holder = make_client().fair_read_write_lock(name).read_lock()
+    await holder.lock()
+    drop = proxy.drop_reply(script("frw_leave"))
+    assert not await frw_side(proxied, name, "w").try_lock(wait=0.3)
+    await quiesce(proxied)
+    assert drop.executed.is_set()
+    _, _, queue, deadlines = frw_keys(name)
+    assert await raw.exists(queue, deadlines) == 0
+    reader = make_client().fair_read_write_lock(name).read_lock()
+    assert await reader.try_lock(wait=0)
+    await reader.unlock()
+    await holder.unlock()
+
+
+async def test_fair_rw_renewal_whose_reply_was_lost_keeps_the_lease(
+    proxy: FaultProxy, raw: Redis, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A fair read-write renewal whose reply is lost is tried again before the lease ends."""
+    client = aiolock.Client.from_url(
+        proxy.url + FAST, watchdog_timeout=1.5, retry_attempts=0, retry_interval=0.05
+    )
+    try:
+        lock = frw_side(client, name, "r")
+        await lock.lock()
+        drop = proxy.drop_reply(script("frw_renew"), then="close")
+        with caplog.at_level(logging.WARNING, logger="aiolock"):
+            await asyncio.wait_for(drop.executed.wait(), LIMIT)
+            rounds = client._renewal.rounds
+            await wait_until(lambda: client._renewal.rounds >= rounds + 3, what="3 more rounds")
+        assert "could not renew" in caplog.text
+        assert "was lost" not in caplog.text
+        assert await raw.hget(frw_keys(name)[0], f"r:{client.id}:owner:o") == "1"
+        await lock.unlock()
+    finally:
+        await client.aclose()

@@ -36,15 +36,15 @@ EXCLUSIVE_OUTCOMES_REPORTED = frozenset({"lost"})
 # acquires and the latches of finished unlocks.
 # Keys that expire on their own (a fenced lock's token counter outlives its lock by design).
 TRANSIENT_MARKERS = ("aiolock_acquire_cancel:", "redisson_unlock_latch:", "redisson_lock_token:")
-KIND_GROUPS = {"lock": "lock", "fair": "fair", "read": "rw", "write": "rw"}
-SHARED = frozenset({"read"})
+KIND_GROUPS = {"read": "rw", "write": "rw", "fread": "frw", "fwrite": "frw"}
+SHARED = frozenset({"read", "fread"})
 
 
 @dataclass(frozen=True)
 class Load:
     """What the workers do: how many, on which lock kinds, for how long."""
 
-    kinds: tuple[str, ...] = ("lock", "fair", "read", "write", "fenced", "spin")
+    kinds: tuple[str, ...] = ("lock", "fair", "read", "write", "fenced", "spin", "fread", "fwrite")
     processes: int = 4
     tasks: int = 16
     names_per_kind: int = 2

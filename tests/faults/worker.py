@@ -46,6 +46,8 @@ Handle = (
     | aiolock.WriteLock
     | aiolock.FencedLock
     | aiolock.SpinLock
+    | aiolock.FairReadLock
+    | aiolock.FairWriteLock
 )
 
 #: Every lock type under test: kind -> how to get a handle. A new type plugs in here.
@@ -56,9 +58,12 @@ KINDS: dict[str, Callable[[aiolock.Client, str], Handle]] = {
     "write": lambda client, name: client.read_write_lock(name).write_lock(),
     "fenced": lambda client, name: client.fenced_lock(name),
     "spin": lambda client, name: client.spin_lock(name),
+    "fread": lambda client, name: client.fair_read_write_lock(name).read_lock(),
+    "fwrite": lambda client, name: client.fair_read_write_lock(name).write_lock(),
 }
-#: Kinds whose holders share the lock with each other (but never with another kind).
-SHARED = frozenset({"read"})
+#: Kinds whose holders share the lock with each other (but never with another kind), and
+#: the exclusive kind on the same lock.
+SHARED = {"read": "write", "fread": "fwrite"}
 
 
 @contextlib.asynccontextmanager
@@ -313,8 +318,7 @@ class Worker:
     async def exit_holding(self, client: aiolock.Client, index: int) -> None:
         """A task that takes a lock and ends without releasing it (a bug in user code)."""
         kind, name = self.assignment(index)
-        if kind in SHARED:
-            kind = "write"
+        kind = SHARED.get(kind, kind)
         handle = KINDS[kind](client, name)
         await asyncio.sleep(self.rng.uniform(0, self.spec["duration"] / 2))
         await handle.lock()

@@ -12,12 +12,14 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
 import aiolock
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
-from .helpers import cancel_at, quiesce
+from .faultproxy import FaultProxy, script
+from .helpers import FAST, cancel_at, quiesce
 
 LIMIT = 10.0
 
@@ -218,3 +220,84 @@ async def test_redlock_excludes_across_clients(
     finally:
         for client in others:
             await client.aclose()
+
+
+# -- through the fault proxy: one member's server unreachable, or a reply lost -------------
+
+
+@pytest.fixture
+async def proxied(proxy: FaultProxy) -> AsyncIterator[aiolock.Client]:
+    """A client whose connections go through the proxy; short timeouts, few retries."""
+    client = aiolock.Client.from_url(proxy.url + FAST, retry_attempts=1, retry_interval=0.05)
+    yield client
+    await client.aclose()
+
+
+def three(direct: aiolock.Client, proxied: aiolock.Client, name: str) -> list[aiolock.Lock]:
+    """Three members, the middle one (in the composites' order) through the proxy."""
+    return [
+        direct.lock(f"{name}:a", owner="c"),
+        proxied.lock(f"{name}:b", owner="c"),
+        direct.lock(f"{name}:c", owner="c"),
+    ]
+
+
+async def test_multilock_with_a_member_cut_off_fails_and_keeps_nothing(
+    proxy: FaultProxy, proxied: aiolock.Client, client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A member's server unreachable for longer than every timeout: the acquire raises its
+    error, the member taken before it is given back, and once the server is reachable
+    again nothing of the attempt is left there either."""
+    members = three(client, proxied, name)
+    multi = aiolock.MultiLock(*members)
+    async with proxy.partition():
+        with pytest.raises((RedisError, OSError)):
+            await multi.try_lock(wait=LIMIT)
+        assert await raw.exists(f"{name}:a", f"{name}:c") == 0
+    await quiesce(proxied)
+    assert await raw.exists(f"{name}:b") == 0
+    assert [m.statistics().hold_count for m in members] == [0, 0, 0]
+    assert await multi.try_lock(wait=LIMIT)
+    await multi.unlock()
+
+
+async def test_redlock_with_a_member_cut_off_holds_the_majority(
+    proxy: FaultProxy, proxied: aiolock.Client, client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """The same partition under a RedLock: held on the two reachable members, released
+    without an error; the unreachable one is left with nothing once it answers again."""
+    members = three(client, proxied, name)
+    red = aiolock.RedLock(*members)
+    async with proxy.partition():
+        assert await red.try_lock(wait=LIMIT)
+        assert await raw.exists(f"{name}:a", f"{name}:c") == 2
+        await red.unlock()
+        assert await raw.exists(f"{name}:a", f"{name}:c") == 0
+    await quiesce(proxied)
+    assert await raw.exists(f"{name}:b") == 0
+    assert members[1].statistics().hold_count == 0
+
+
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+async def test_a_members_lost_replies_count_once(
+    kind: Any,
+    *,
+    proxy: FaultProxy,
+    proxied: aiolock.Client,
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+) -> None:
+    """A member's acquire and release whose replies were lost are resent: one hold taken,
+    one given back, nothing left."""
+    members = three(client, proxied, name)
+    composite = kind(*members)
+    drop = proxy.drop_reply(script("lock_acquire"))
+    assert await composite.try_lock(wait=LIMIT)
+    assert drop.executed.is_set()
+    assert await raw.hget(f"{name}:b", f"{proxied.id}:owner:c") == "1"
+    drop = proxy.drop_reply(script("lock_release"))
+    await composite.unlock()
+    assert drop.executed.is_set()
+    await quiesce(proxied)
+    assert await raw.exists(*(m.name for m in members)) == 0

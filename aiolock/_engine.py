@@ -29,7 +29,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._cancel import calling_task, cancel_mark, cancelled_since
-from ._exceptions import ClientClosedError, LockLostError, LockNotOwnedError, ReplicaAckError
+from ._exceptions import (
+    ClientClosedError,
+    LockLostError,
+    LockNotOwnedError,
+    LockUpgradeError,
+    ReplicaAckError,
+)
 from ._handover import HandOvers, Offer
 from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
@@ -517,9 +523,7 @@ class Engine:
                 )
             if not reply.stale or cancelled_since(call.mark) or self.closed:
                 break
-            # The holder's count on the server is not what this client believed: a hold
-            # lost unnoticed (force_unlock, expiry). Believe the server, and try again.
-            self._resync(p, call, reply.count)
+            self._after_stale(p, call, reply.count, ticket)
         closed = self.closed
         if closed or cancelled_since(call.mark):
             # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
@@ -538,6 +542,21 @@ class Engine:
             return reply
         ticket.release()
         return reply
+
+    def _after_stale(self, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
+        """Believe the server's count of the holder's holds after a stale reply.
+
+        The count was not what this client believed: a hold lost unnoticed (force_unlock,
+        expiry). The attempt is made again unless it is now an upgrade (a write hold lost
+        beside read holds): that is refused, never left to wait for the holder's own read
+        holds.
+        """
+        self._resync(p, call, count)
+        try:
+            p.check_acquire(call.holder, self._holds)
+        except LockUpgradeError:
+            ticket.release()
+            raise
 
     def _resync(self, p: Primitive, call: Call, count: int) -> None:
         """Make this client's belief the server's ``count`` of the holder's holds."""

@@ -141,8 +141,9 @@ class _FairWrite(_FairSide):
     side = "w"
 
     def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
-        # Waiting for the write lock while holding read locks would wait for itself.
-        if holds.count(self.key, f"r:{holder}") and not holds.count(self.key, f"w:{holder}"):
+        # Waiting for the write lock while holding read locks would wait for itself. A
+        # write hold known lost no longer makes its holder a writer.
+        if holds.count(self.key, f"r:{holder}") and not holds.holding(self.key, f"w:{holder}"):
             raise LockUpgradeError(self.name, holder)
 
 

@@ -139,8 +139,9 @@ class WritePrimitive(_Side, ExclusivePrimitive):
 
     def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
         # An upgrade waits for the holder's own read holds to go: it never succeeds
-        # (Redisson deadlocks until a lease runs out). This client knows every hold it has.
-        if holds.count(self.key, holder) and not holds.count(self.key, write_holder(holder)):
+        # (Redisson deadlocks until a lease runs out). This client knows every hold it has;
+        # a write hold known lost no longer makes its holder a writer.
+        if holds.count(self.key, holder) and not holds.holding(self.key, write_holder(holder)):
             raise LockUpgradeError(self.name, holder)
 
 

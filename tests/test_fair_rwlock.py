@@ -166,6 +166,36 @@ async def test_upgrade_is_refused(client: aiolock.Client, raw: Redis, name: str)
     await frw.read_lock().unlock()
 
 
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "redisson"])
+async def test_a_lost_write_hold_beside_read_holds_makes_the_next_write_an_upgrade(
+    fair: bool, make_client: ClientFactory, name: str
+) -> None:
+    """Found by the model: a writer whose write hold was deleted (force_unlock) without its
+    knowing, then took a read hold, asked for the write lock again. Once the server told
+    it the write hold was gone, that was an upgrade, yet it queued behind its own read
+    hold until its wait ran out. Now it is refused as soon as the loss is found."""
+    mine, other = make_client(), make_client()
+
+    def rw(client: aiolock.Client, owner: str | None = None) -> Any:
+        make = client.fair_read_write_lock if fair else client.read_write_lock
+        return make(name, owner=owner)
+
+    holder = rw(mine, "o")
+    await holder.write_lock().lock()
+    assert await rw(mine).write_lock().force_unlock()
+    reader = rw(other).read_lock()
+    await reader.lock()
+    assert await holder.read_lock().try_lock(wait=0)
+    for attempt in (partial(holder.write_lock().try_lock, wait=LIMIT), holder.write_lock().lock):
+        async with asyncio.timeout(LIMIT / 2):
+            with pytest.raises(aiolock.LockUpgradeError):
+                await attempt()
+    await holder.read_lock().unlock()
+    with pytest.raises(aiolock.LockLostError):
+        await holder.write_lock().unlock()
+    await reader.unlock()
+
+
 async def test_a_waiter_that_gives_up_or_is_cancelled_leaves_the_queue(
     make_client: ClientFactory, raw: Redis, name: str
 ) -> None:

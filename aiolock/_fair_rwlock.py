@@ -23,9 +23,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from ._config import check_name, check_owner
 from ._exceptions import LockUpgradeError
-from ._handle import LockHandle
+from ._handle import LockHandle, ReadWritePair
 from ._keys import prefixed
 from ._primitive import Invocation, Primitive
 from ._scripts import load_script
@@ -181,7 +180,7 @@ class FairWriteLock(LockHandle):
         return await self._query("HGET", self._key, "mode") in {b"write", "write"}
 
 
-class FairReadWriteLock:
+class FairReadWriteLock(ReadWritePair):
     """A read-write lock that serves readers and writers in arrival order.
 
     ``client.fair_read_write_lock(name)``; ``read_lock()`` and ``write_lock()`` are its two
@@ -192,21 +191,7 @@ class FairReadWriteLock:
     Redisson client cannot take part.
     """
 
-    __slots__ = ("__weakref__", "_engine", "_name", "_owner")
-
-    def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
-        self._engine = engine
-        self._name = check_name(name)
-        self._owner = check_owner(owner)
-
-    @property
-    def name(self) -> str:
-        """The lock's name as given (without ``key_prefix``)."""
-        return self._name
-
-    def __repr__(self) -> str:
-        owner = f" owner={self._owner!r}" if self._owner else ""
-        return f"<aiolock.FairReadWriteLock {self._name!r}{owner}>"
+    __slots__ = ()
 
     def read_lock(self) -> FairReadLock:
         """The shared lock: readers in arrival order, together."""

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
-from ._config import TimeArg, check_owner, lease_seconds, wait_seconds
+from ._config import TimeArg, check_name, check_owner, lease_seconds, wait_seconds
 from ._exceptions import LockTimeoutError
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._engine import Engine
     from ._primitive import Primitive
 
-__all__ = ("LockHandle", "LockStatistics")
+__all__ = ("LockHandle", "LockStatistics", "ReadWritePair")
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,3 +162,26 @@ class LockHandle:
             hold_count=count,
             tasks_waiting=self._engine.waiting(self._key),
         )
+
+
+class ReadWritePair:
+    """What both read-write locks are: a name, an owner, and two views made on demand.
+
+    Nothing is stored here: each view is a handle of its own on the one state in Redis.
+    """
+
+    __slots__ = ("__weakref__", "_engine", "_name", "_owner")
+
+    def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
+        self._engine = engine
+        self._name = check_name(name)
+        self._owner = check_owner(owner)
+
+    @property
+    def name(self) -> str:
+        """The lock's name as given (without ``key_prefix``)."""
+        return self._name
+
+    def __repr__(self) -> str:
+        owner = f" owner={self._owner!r}" if self._owner else ""
+        return f"<aiolock.{type(self).__name__} {self._name!r}{owner}>"

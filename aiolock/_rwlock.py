@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._config import check_name, check_owner
 from ._exceptions import LockUpgradeError
-from ._handle import LockHandle
+from ._handle import LockHandle, ReadWritePair
 from ._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
 from ._lock import ExclusivePrimitive
 from ._primitive import Invocation, Primitive
@@ -202,7 +201,7 @@ class WriteLock(LockHandle):
         return await super().force_unlock()
 
 
-class ReadWriteLock:
+class ReadWriteLock(ReadWritePair):
     """A read-write lock: ``client.read_write_lock(name)``; its two views share one state.
 
     ``read_lock()`` is shared, ``write_lock()`` exclusive; both are re-entrant and take the
@@ -235,21 +234,7 @@ class ReadWriteLock:
     readers a writer can starve.
     """
 
-    __slots__ = ("__weakref__", "_engine", "_name", "_owner")
-
-    def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
-        self._engine = engine
-        self._name = check_name(name)
-        self._owner = check_owner(owner)
-
-    @property
-    def name(self) -> str:
-        """The lock's name as given (without ``key_prefix``)."""
-        return self._name
-
-    def __repr__(self) -> str:
-        owner = f" owner={self._owner!r}" if self._owner else ""
-        return f"<aiolock.ReadWriteLock {self._name!r}{owner}>"
+    __slots__ = ()
 
     def read_lock(self) -> ReadLock:
         """The shared lock: many readers at once, no writer (but the reader's own)."""

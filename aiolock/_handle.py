@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._engine import Engine
     from ._primitive import Primitive
 
-__all__ = ("LockHandle", "LockStatistics", "ReadWritePair")
+__all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,7 +40,66 @@ class LockStatistics:
     tasks_waiting: int
 
 
-class LockHandle:
+class Acquirable:
+    """The acquiring methods every lock has, over ``_acquire(wait, lease)`` and ``unlock()``.
+
+    A lock handle's go to the engine; a MultiLock's and a RedLock's to their members.
+    """
+
+    __slots__ = ()
+
+    async def _acquire(self, wait: float | None, lease: float | None) -> bool:
+        """Acquire within ``wait`` (None: forever); whether it was."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    async def unlock(self) -> None:
+        """Release one hold."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    @property
+    def name(self) -> str:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    async def lock(self, lease: TimeArg = None) -> None:
+        """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
+        await self._acquire(None, lease_seconds(lease))
+
+    async def try_lock(self, wait: TimeArg = 0, lease: TimeArg = None) -> bool:
+        """Try for up to ``wait`` seconds (0: one attempt, None: forever); True if acquired."""
+        return await self._acquire(wait_seconds(wait), lease_seconds(lease))
+
+    def acquired(
+        self, wait: TimeArg = None, lease: TimeArg = None
+    ) -> contextlib.AbstractAsyncContextManager[Self]:
+        """``async with lock.acquired(wait=5):`` raises LockTimeoutError after ``wait``."""
+        return self._acquired(wait_seconds(wait), lease_seconds(lease))
+
+    @contextlib.asynccontextmanager
+    async def _acquired(self, wait: float | None, lease: float | None) -> AsyncIterator[Self]:
+        if not await self._acquire(wait, lease):
+            assert wait is not None
+            raise LockTimeoutError(self.name, wait)
+        try:
+            yield self
+        finally:
+            await self.unlock()
+
+    async def __aenter__(self) -> Self:
+        await self._acquire(None, None)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        # A body cancelled (even twice, the second time during this release) still
+        # releases: unlock() finishes a cancelled release in the background.
+        await self.unlock()
+
+
+class LockHandle(Acquirable):
     """Base of the lock handles: the public methods, over the engine."""
 
     __slots__ = ("__weakref__", "_engine", "_key", "_name", "_owner", "_p")
@@ -74,45 +133,8 @@ class LockHandle:
 
     # -- acquiring ------------------------------------------------------------------------
 
-    async def lock(self, lease: TimeArg = None) -> None:
-        """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
-        await self._engine.acquire(self._p, self._owner, None, lease_seconds(lease))
-
-    async def try_lock(self, wait: TimeArg = 0, lease: TimeArg = None) -> bool:
-        """Try for up to ``wait`` seconds (0: one attempt, None: forever); True if acquired."""
-        return await self._engine.acquire(
-            self._p, self._owner, wait_seconds(wait), lease_seconds(lease)
-        )
-
-    def acquired(
-        self, wait: TimeArg = None, lease: TimeArg = None
-    ) -> contextlib.AbstractAsyncContextManager[Self]:
-        """``async with lock.acquired(wait=5):`` raises LockTimeoutError after ``wait``."""
-        return self._acquired(wait_seconds(wait), lease_seconds(lease))
-
-    @contextlib.asynccontextmanager
-    async def _acquired(self, wait: float | None, lease: float | None) -> AsyncIterator[Self]:
-        if not await self._engine.acquire(self._p, self._owner, wait, lease):
-            assert wait is not None
-            raise LockTimeoutError(self._name, wait)
-        try:
-            yield self
-        finally:
-            await self.unlock()
-
-    async def __aenter__(self) -> Self:
-        await self._engine.acquire(self._p, self._owner, None, None)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        # A body cancelled (even twice, the second time during this release) still
-        # releases: unlock() finishes a cancelled release in the background.
-        await self.unlock()
+    async def _acquire(self, wait: float | None, lease: float | None) -> bool:
+        return await self._engine.acquire(self._p, self._owner, wait, lease)
 
     # -- releasing ------------------------------------------------------------------------
 

@@ -14,20 +14,18 @@ converted again on each retry (Redisson's MultiLock multiplies it by 1000 per cy
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Self
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
-from ._config import TimeArg, lease_seconds, wait_seconds
-from ._exceptions import LockError, LockLostError, LockTimeoutError
-from ._handle import LockHandle, LockStatistics
+from ._exceptions import LockError, LockLostError
+from ._handle import Acquirable, LockHandle, LockStatistics
 
 if TYPE_CHECKING:
-    from types import TracebackType
+    pass
 
 __all__ = ("MultiLock", "RedLock")
 
@@ -41,7 +39,7 @@ _DRIFT_MS = 2
 _RETRY_PAUSE = 0.05
 
 
-class _Composite:
+class _Composite(Acquirable):
     """What the MultiLock and the RedLock share: members, order, taking and giving back."""
 
     __slots__ = ("_members", "_name", "_quorum")
@@ -75,42 +73,6 @@ class _Composite:
         return f"<aiolock.{type(self).__name__} {self._name!r}>"
 
     # -- acquiring ------------------------------------------------------------------------
-
-    async def lock(self, lease: TimeArg = None) -> None:
-        """Wait until acquired. ``lease`` None: each member's watchdog keeps it alive."""
-        await self._acquire(None, lease_seconds(lease))
-
-    async def try_lock(self, wait: TimeArg = 0, lease: TimeArg = None) -> bool:
-        """Try for up to ``wait`` seconds (0: one attempt each, None: forever)."""
-        return await self._acquire(wait_seconds(wait), lease_seconds(lease))
-
-    def acquired(
-        self, wait: TimeArg = None, lease: TimeArg = None
-    ) -> contextlib.AbstractAsyncContextManager[Self]:
-        """``async with multi.acquired(wait=5):`` raises LockTimeoutError after ``wait``."""
-        return self._acquired(wait_seconds(wait), lease_seconds(lease))
-
-    @contextlib.asynccontextmanager
-    async def _acquired(self, wait: float | None, lease: float | None) -> AsyncIterator[Self]:
-        if not await self._acquire(wait, lease):
-            assert wait is not None
-            raise LockTimeoutError(self._name, wait)
-        try:
-            yield self
-        finally:
-            await self.unlock()
-
-    async def __aenter__(self) -> Self:
-        await self._acquire(None, None)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.unlock()
 
     async def _acquire(self, wait: float | None, lease: float | None) -> bool:
         loop = asyncio.get_running_loop()

@@ -4,7 +4,9 @@ Pure and synchronous: what the contract (API.md) says the server holds after eac
 what each call may answer. A *holder* is a string (``"A.t0"``: client A's actor task 0,
 ``"B.owner:o1"``: client B's ``owner="o1"``); a *field* is a holder and a view of the lock:
 ``"x"`` for the reentrant and the fair lock, ``"r"``/``"w"`` for the read and write side of a
-read-write lock. The model never sees the server: test_model.py compares the two.
+read-write lock (``"rw"``, Redisson's, and ``"frw"``, the fair one: the same rules between
+holders; the fair one also keeps waiters in arrival order, which the model leaves to the
+driver). The model never sees the server: test_model.py compares the two.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = (
     "LOST",
     "NOT_OWNED",
     "OK",
+    "RW_KINDS",
     "TRUE",
     "UPGRADE",
     "Field",
@@ -34,7 +37,9 @@ __all__ = (
 
 # "fenced" and "spin" follow the reentrant lock's rules ("lock"); their machines check that
 # the rules hold with a token taken per acquisition, and with waiters that poll.
-Kind = Literal["lock", "fair", "rw", "fenced", "spin"]
+Kind = Literal["lock", "fair", "rw", "fenced", "spin", "frw"]
+#: The kinds with a read and a write view.
+RW_KINDS: frozenset[Kind] = frozenset({"rw", "frw"})
 View = Literal["x", "r", "w"]
 OpKind = Literal["lock", "try0", "trywait", "unlock", "force"]
 Field = tuple[str, View]
@@ -83,11 +88,15 @@ class Model:
     kind: Kind
     counts: dict[Field, int] = field(default_factory=dict)
     lost: set[Field] = field(default_factory=set)
+    #: Set by a driver running an acquire that may queue beside others: a fair read-write
+    #: lock's try_lock() never goes ahead of a queued waiter, so any acquire may then
+    #: answer False (or wait its bound out) although the holders alone would admit it.
+    may_yield: bool = False
 
     # -- reading ---------------------------------------------------------------------------
 
     def clone(self) -> Model:
-        return Model(self.kind, dict(self.counts), set(self.lost))
+        return Model(self.kind, dict(self.counts), set(self.lost), self.may_yield)
 
     def state(self) -> tuple[frozenset[tuple[Field, int]], frozenset[Field]]:
         """A hashable summary: two models with equal states are the same."""
@@ -115,7 +124,7 @@ class Model:
         """The read-write lock's ``mode`` field (None: free); "held" for the other kinds."""
         if not self.held_fields():
             return None
-        if self.kind != "rw":
+        if self.kind not in RW_KINDS:
             return "held"
         if any(v == "w" for _, v in self.held_fields()):
             return "write"
@@ -125,7 +134,7 @@ class Model:
         """Whether an acquire of ``f`` succeeds now, waits, or is a refused upgrade."""
         holder, view = f
         others = any(c > 0 for (h, _), c in self.counts.items() if h != holder)
-        if self.kind != "rw":
+        if self.kind not in RW_KINDS:
             return "no" if others else "yes"
         if view == "r":
             # A read hold is granted unless ANOTHER holder writes (a writer may downgrade).
@@ -145,7 +154,7 @@ class Model:
         """
         holder, view = f
         return (
-            self.kind == "rw"
+            self.kind in RW_KINDS
             and view == "w"
             and (holder, "r") in self.lost
             and self.count((holder, "r")) == 0
@@ -188,6 +197,8 @@ class Model:
         result: list[tuple[str, Model]] = []
         if grant == "yes":
             result.append((OK if op.kind == "lock" else TRUE, self._acquired(op.field)))
+            if self.may_yield and op.kind != "lock" and not self._reentry(op.field):
+                result.append((FALSE, self))
         elif grant == "no":
             result.append((BLOCKS if op.kind == "lock" else FALSE, self))
         if grant == "upgrade" or self.believed_upgrade(op.field):
@@ -201,6 +212,11 @@ class Model:
                 result.append((LOST, self._forgotten(op.field)))
         return result
 
+    def _reentry(self, f: Field) -> bool:
+        """Whether an acquire of ``f`` re-enters (a fair lock never queues those)."""
+        holder, view = f
+        return self.count(f) > 0 or (view == "r" and self.count((holder, "w")) > 0)
+
     def _unlock_outcome(self, f: Field) -> tuple[str, Model]:
         if self.count(f) > 0:
             return OK, self._unlocked(f)
@@ -211,7 +227,8 @@ class Model:
     def _force_outcome(self, view: View) -> tuple[str, Model]:
         mode = self.mode()
         if self.kind == "rw":
-            # Each side deletes the lock only when it is held in its own mode.
+            # Each side of Redisson's deletes the lock only when it is held in its own mode;
+            # either side of the fair one deletes every hold.
             wanted = "read" if view == "r" else "write"
             hit = mode == wanted
         else:
@@ -230,10 +247,13 @@ class Model:
         for (holder, view), c in self.counts.items():
             if c <= 0:
                 continue
-            name = field_name[holder] + (":write" if view == "w" else "")
+            if self.kind == "frw":
+                name = f"{view}:{field_name[holder]}"
+            else:
+                name = field_name[holder] + (":write" if view == "w" else "")
             result[name] = str(c)
         mode = self.mode()
-        if self.kind == "rw" and mode is not None:
+        if self.kind in RW_KINDS and mode is not None:
             result["mode"] = mode
         return result
 

@@ -66,6 +66,7 @@ from .model import (
     LOST,
     NOT_OWNED,
     OK,
+    RW_KINDS,
     TRUE,
     UPGRADE,
     Field,
@@ -87,6 +88,8 @@ Handle = (
     | aiolock.WriteLock
     | aiolock.FencedLock
     | aiolock.SpinLock
+    | aiolock.FairReadLock
+    | aiolock.FairWriteLock
 )
 
 CLIENTS = "AB"
@@ -105,6 +108,16 @@ TRANSIENT = ("aiolock_acquire_cancel:", "redisson_unlock_latch:", "redisson_lock
 
 #: Examples and steps run per machine, for the closing line of each test.
 RUNS: dict[str, dict[str, int]] = {}
+#: The lock types that queue their waiters in Redis, in arrival order.
+QUEUED: frozenset[Kind] = frozenset({"fair", "frw"})
+
+
+def _in_turn(op: Op, queued: list[Op]) -> bool:
+    """Whether ``op``, one of ``queued`` (arrival order), may get the lock before those
+    ahead of it: never for the fair lock; on the fair read-write lock a reader whose
+    predecessors are all readers (the readers at the head come in together)."""
+    ahead = queued[: queued.index(op)]
+    return not ahead or (op.view == "r" and all(other.view == "r" for other in ahead))
 
 
 class Who(NamedTuple):
@@ -254,6 +267,8 @@ class Snapshot:
     queue: list[str]
     timeouts: list[str]
     keys: set[str]
+    #: The fair read-write lock's lease entries (one per held field).
+    leases: list[str]
 
 
 def traced(fn: Callable[..., None]) -> Callable[..., None]:
@@ -429,6 +444,9 @@ class _Machine(RuleBasedStateMachine):
             return c.fenced_lock(self.name, owner=owner)
         if self.kind == "spin":
             return c.spin_lock(self.name, owner=owner)
+        if self.kind == "frw":
+            frw = c.fair_read_write_lock(self.name, owner=owner)
+            return frw.read_lock() if view == "r" else frw.write_lock()
         rw = c.read_write_lock(self.name, owner=owner)
         return rw.read_lock() if view == "r" else rw.write_lock()
 
@@ -686,8 +704,12 @@ class _Machine(RuleBasedStateMachine):
         assert mine == (self.model.count(f) > 0), f"is_held_by_current_task() of {f}: {mine}"
         assert (lease is None) == (mode is None), f"remaining_lease(): {lease} in mode {mode}"
         assert lease is None or lease > 0, f"remaining_lease(): {lease}"
-        if self.kind != "rw":
+        if self.kind not in RW_KINDS:
             assert locked == (mode is not None), f"is_locked(): {locked} in mode {mode}"
+        elif self.kind == "frw":
+            # Each view of the fair one: held in its own mode.
+            own = mode == {"r": "read", "w": "write"}[view]
+            assert locked == own, f"{view}.is_locked(): {locked} in mode {mode}"
         elif mode is None or mode == {"r": "read", "w": "write"}[view]:
             # Where each view's answer is plain: free, or held in that view's own mode.
             assert locked == (mode is not None), f"{view}.is_locked(): {locked} in mode {mode}"
@@ -768,7 +790,10 @@ class _Machine(RuleBasedStateMachine):
         what = " | ".join(f"{op} by {a.label}" for op, a in zip(ops, actors, strict=True))
         answers = tuple([await self._outcome(call, what) for call in calls])
         self.log(f"at once: {what} -> {answers}")
-        options = linearizations(self.model, ops)
+        before = self.model.clone()
+        # A bounded wait on the fair read-write lock queues: the others may yield to it.
+        before.may_yield = self.kind == "frw" and any(op.kind == "trywait" for op in ops)
+        options = linearizations(before, ops)
         matching = distinct(m for a, m in options if a == answers)
         if not matching:
             allowed = sorted({a for a, _ in options})
@@ -781,6 +806,7 @@ class _Machine(RuleBasedStateMachine):
             snap = await self._snapshot()
             matching.sort(key=lambda m: m.expected_hash(self.ids) != snap.hash)
         self.model = matching[0]
+        self.model.may_yield = False
 
     async def _handoff(  # noqa: PLR0912
         self, first: int, second: int | None, cancel_first: bool, k: int, by_force: bool
@@ -836,16 +862,18 @@ class _Machine(RuleBasedStateMachine):
             got = await self._outcome(call, f"waiter {op} cancelled")
             self.accept(f"waiter {op} cancelled after {k} iterations", got, [(CANCELLED, model)])
             waiting_actors.discard(actor)
-            if self.kind == "fair":
+            if self.kind in QUEUED:
                 await self._quiesce()
-                await self._check_queue([op.holder for _, op, _ in pending])
+                await self._check_queue([op for _, op, _ in pending])
+        if self.kind == "frw":
+            await self._no_reader_jumps_the_queue(pending, waiting_actors)
 
         # 3. The holders let go: all their holds, read holds before write holds (a write
         #    release that leaves the holder's read holds publishes nothing, as in Redisson,
         #    and readers of the other client would wait up to a lease), or force_unlock().
         if by_force:
             mode = self.model.mode()
-            side: View = "x" if self.kind != "rw" else ("r" if mode == "read" else "w")
+            side: View = "x" if self.kind not in RW_KINDS else ("r" if mode == "read" else "w")
             actor = next(a for row in self.actors for a in row if a not in waiting_actors)
             await self._do(actor, Op(actor.label, side, "force"))
         else:
@@ -872,10 +900,9 @@ class _Machine(RuleBasedStateMachine):
                 actor, op, call = entry
                 if not call.result.done():
                     continue
-                if self.kind == "fair" and entry is not pending[0]:
+                if self.kind in QUEUED and not _in_turn(op, [o for _, o, _ in pending]):
                     raise AssertionError(
-                        f"fair lock: {op.holder} got the lock before {pending[0][1].holder}, "
-                        "which queued first"
+                        f"{self.kind}: {op} got the lock before {pending[0][1]}, which queued first"
                     )
                 got = answer(call.result.result())
                 if self.model.grant(op.field) != "yes":
@@ -886,6 +913,21 @@ class _Machine(RuleBasedStateMachine):
                 self.accept(f"waiter {op}", got, self.model.outcomes(op))
                 pending.remove(entry)
                 winners.append(op.holder)
+
+    async def _no_reader_jumps_the_queue(
+        self, pending: list[tuple[Actor, Op, Call]], busy: set[Actor]
+    ) -> None:
+        """Fair read-write lock: with a writer queued, a new reader is refused although
+        only readers hold the lock (Redisson's would let it in: the writer starves)."""
+        if not any(op.view == "w" for _, op, _ in pending):
+            return
+        for actor in (a for row in self.actors for a in row if a not in busy):
+            op = Op(actor.label, "r", "try0")
+            if self.model.involved(actor.label) or self.model.grant(op.field) != "yes":
+                continue
+            got = await self._outcome(self.submit(actor, op), f"{op} behind a queued writer")
+            self.accept(f"{op} behind a queued writer", got, [(FALSE, self.model)])
+            return
 
     async def _until_waiting(self, pending: list[tuple[Actor, Op, Call]]) -> None:
         """Wait until the last of ``pending`` waits (fair: is queued) and none answered."""
@@ -900,21 +942,26 @@ class _Machine(RuleBasedStateMachine):
                     raise AssertionError(
                         f"waiter {other} answered {got} while {self.model.holders()} held it"
                     )
-            if self.kind == "fair":
+            if self.kind in QUEUED:
                 assert self.raw is not None
                 queue = await self.raw.lrange(self._queue_key(), 0, -1)
-                return self.ids[op.holder] in queue
+                return self._queue_entry(op) in queue
             return handle.statistics().tasks_waiting >= on_client
 
         await wait_until(waiting, limit=PROMPT, what=f"{op} waiting")
-        if self.kind == "fair":
-            await self._check_queue([other.holder for _, other, _ in pending])
+        if self.kind in QUEUED:
+            await self._check_queue([other for _, other, _ in pending])
 
-    async def _check_queue(self, holders: list[str]) -> None:
+    def _queue_entry(self, op: Op) -> str:
+        """How ``op``'s waiter shows in the server's queue."""
+        holder_id = self.ids[op.holder]
+        return f"{op.view}:{holder_id}" if self.kind == "frw" else holder_id
+
+    async def _check_queue(self, ops: list[Op]) -> None:
         assert self.raw is not None
         queue = await self.raw.lrange(self._queue_key(), 0, -1)
-        expected = [self.ids[h] for h in holders]
-        assert queue == expected, f"fair queue {queue}, expected {expected} ({holders})"
+        expected = [self._queue_entry(op) for op in ops]
+        assert queue == expected, f"queue {queue}, expected {expected} ({[str(o) for o in ops]})"
 
     async def _release_all(self, holders: list[str], avoid: set[Actor]) -> None:
         for holder in holders:
@@ -925,11 +972,21 @@ class _Machine(RuleBasedStateMachine):
 
     # -- invariants ------------------------------------------------------------------------
 
+    def _state_key(self) -> str:
+        return f"aiolock_frw:{{{self.name}}}" if self.kind == "frw" else self.name
+
     def _queue_key(self) -> str:
+        if self.kind == "frw":
+            return f"aiolock_frw_queue:{{{self.name}}}"
         return f"redisson_lock_queue:{{{self.name}}}"
 
     def _timeouts_key(self) -> str:
+        if self.kind == "frw":
+            return f"aiolock_frw_deadlines:{{{self.name}}}"
         return f"redisson_lock_timeout:{{{self.name}}}"
+
+    def _leases_key(self) -> str:
+        return f"aiolock_frw_leases:{{{self.name}}}"
 
     async def _quiesce(self) -> None:
         for client in self.clients:
@@ -939,19 +996,23 @@ class _Machine(RuleBasedStateMachine):
         raw = self.raw
         assert raw is not None
         pipe = raw.pipeline(transaction=False)
-        pipe.hgetall(self.name)
-        pipe.pttl(self.name)
+        pipe.hgetall(self._state_key())
+        pipe.pttl(self._state_key())
         pipe.lrange(self._queue_key(), 0, -1)
         pipe.zrange(self._timeouts_key(), 0, -1)
-        hash_, pttl, queue, timeouts = await pipe.execute()
+        pipe.zrange(self._leases_key(), 0, -1)
+        hash_, pttl, queue, timeouts, leases = await pipe.execute()
         keys = {
             k
             async for k in raw.scan_iter(match=f"*{self.uid}*", count=1000)
             if not k.startswith(TRANSIENT)
         }
-        return Snapshot(hash_, pttl, queue, timeouts, keys)
+        return Snapshot(hash_, pttl, queue, timeouts, keys, leases)
 
     def _expected_keys(self) -> set[str]:
+        if self.kind == "frw":
+            held = bool(self.model.held_fields())
+            return {self._state_key(), self._leases_key()} if held else set()
         keys = {self.name} if self.model.held_fields() else set()
         for holder, count in self.model.read_counts().items():
             keys |= {
@@ -963,10 +1024,14 @@ class _Machine(RuleBasedStateMachine):
     def _exclusive(self, fields: dict[str, str]) -> list[str]:
         """Mutual exclusion, read off the server alone."""
         holders = [f for f in fields if f != "mode"]
-        if self.kind != "rw":
+        if self.kind not in RW_KINDS:
             return [f"more than one holder: {holders}"] if len(holders) > 1 else []
-        writers = [f.removesuffix(":write") for f in holders if f.endswith(":write")]
-        readers = [f for f in holders if not f.endswith(":write")]
+        if self.kind == "frw":
+            writers = [f[2:] for f in holders if f.startswith("w:")]
+            readers = [f[2:] for f in holders if f.startswith("r:")]
+        else:
+            writers = [f.removesuffix(":write") for f in holders if f.endswith(":write")]
+            readers = [f for f in holders if not f.endswith(":write")]
         problems = []
         if len(writers) > 1:
             problems.append(f"more than one writer: {writers}")
@@ -1015,6 +1080,8 @@ class _Machine(RuleBasedStateMachine):
             problems.append(f"lock hash without a lease (PTTL {snap.pttl})")
         if snap.queue or snap.timeouts:
             problems.append(f"fair queue {snap.queue} / timeouts {snap.timeouts} with no waiter")
+        if self.kind == "frw" and sorted(snap.leases) != sorted(set(snap.hash) - {"mode"}):
+            problems.append(f"lease entries {sorted(snap.leases)} for holds {sorted(snap.hash)}")
         wanted = self._expected_keys()
         if snap.keys != wanted:
             problems.append(
@@ -1051,6 +1118,11 @@ class FairLockMachine(_Machine):
 
 class ReadWriteLockMachine(_Machine):
     kind = "rw"
+    views = ("r", "w")
+
+
+class FairReadWriteLockMachine(_Machine):
+    kind = "frw"
     views = ("r", "w")
 
 
@@ -1096,8 +1168,22 @@ def settings_for(request: pytest.FixtureRequest) -> settings:
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize(
     "machine",
-    [LockMachine, FairLockMachine, ReadWriteLockMachine, FencedLockMachine, SpinLockMachine],
-    ids=["lock", "fair_lock", "read_write_lock", "fenced_lock", "spin_lock"],
+    [
+        LockMachine,
+        FairLockMachine,
+        ReadWriteLockMachine,
+        FairReadWriteLockMachine,
+        FencedLockMachine,
+        SpinLockMachine,
+    ],
+    ids=[
+        "lock",
+        "fair_lock",
+        "read_write_lock",
+        "fair_read_write_lock",
+        "fenced_lock",
+        "spin_lock",
+    ],
 )
 def test_model(
     machine: type[_Machine],

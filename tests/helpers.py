@@ -142,3 +142,32 @@ def cancel_at(task: asyncio.Task[Any], k: int) -> None:
         loop.call_soon(hop, i + 1)
 
     loop.call_soon(hop, 0)
+
+
+#: What :func:`run_cancellable` answers for a call that was cancelled.
+CANCELLED = "cancelled"
+
+
+async def run_cancellable(
+    coro: Awaitable[Any],
+    cancel: int | None,
+    clients: list[aiolock.Client],
+    *,
+    errors: tuple[type[BaseException], ...] = (),
+    limit: float = 10.0,
+) -> Any:
+    """Run ``coro`` in a task, cancelled at loop iteration ``cancel`` if given, then wait
+    until ``clients`` are quiet: its value, CANCELLED, or one of ``errors`` it raised."""
+    task = asyncio.ensure_future(coro)
+    if cancel is not None:
+        cancel_at(task, cancel)
+    try:
+        async with asyncio.timeout(limit):
+            return await task
+    except asyncio.CancelledError:
+        return CANCELLED
+    except errors as exc:
+        return exc
+    finally:
+        for client in clients:
+            await quiesce(client)

@@ -33,11 +33,10 @@ from redis.asyncio import Redis
 
 import aiolock
 
-from .helpers import cancel_at, quiesce, wait_until
+from .helpers import CANCELLED, run_cancellable, wait_until
 from .test_model import settings_for
 
 LIMIT = 10.0
-CANCELLED = "cancelled"
 
 
 class _Counting(RuleBasedStateMachine):
@@ -58,18 +57,8 @@ class _Counting(RuleBasedStateMachine):
         return self.runner.run(coro)
 
     async def call(self, coro: Any, cancel: int | None) -> Any:
-        """Run ``coro`` in a task, cancelled at loop iteration ``cancel`` if given."""
-        task = asyncio.ensure_future(coro)
-        if cancel is not None:
-            cancel_at(task, cancel)
-        try:
-            async with asyncio.timeout(LIMIT):
-                return await task
-        except asyncio.CancelledError:
-            return CANCELLED
-        finally:
-            for client in self.clients:
-                await quiesce(client)
+        """Run ``coro``, cancelled at loop iteration ``cancel`` if given (CANCELLED)."""
+        return await run_cancellable(coro, cancel, self.clients, limit=LIMIT)
 
     def teardown(self) -> None:
         async def close() -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple
 
 import pytest
 from redis.asyncio import Redis
@@ -33,6 +34,44 @@ async def proxied(proxy: FaultProxy, raw: Redis) -> AsyncIterator[aiolock.Client
     )
     yield client
     await client.aclose()
+
+
+def frw_keys(name: str) -> list[str]:
+    """Every key of the fair read-write lock ``name``."""
+    return [f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw", "aiolock_frw_leases")] + [
+        f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw_queue", "aiolock_frw_deadlines")
+    ]
+
+
+def frw_side(
+    client: aiolock.Client, name: str, side: str
+) -> aiolock.FairReadLock | aiolock.FairWriteLock:
+    frw = client.fair_read_write_lock(name, owner="o")
+    return frw.read_lock() if side == "r" else frw.write_lock()
+
+
+class Family(NamedTuple):
+    """A lock of one script family, held by owner "o" of a client."""
+
+    make: Callable[[aiolock.Client, str], Any]
+    #: Its scripts' name prefix.
+    scripts: str
+    #: Its state on the server: (hash key, the holder's field).
+    state: Callable[[aiolock.Client, str], tuple[str, str]]
+
+
+FAMILIES = {
+    "lock": Family(
+        lambda client, name: client.lock(name, owner="o"),
+        "lock",
+        lambda client, name: (name, f"{client.id}:owner:o"),
+    ),
+    "fair_rw": Family(
+        lambda client, name: frw_side(client, name, "w"),
+        "frw",
+        lambda client, name: (frw_keys(name)[0], f"w:{client.id}:owner:o"),
+    ),
+}
 
 
 async def test_unlock_resent_after_a_partition_releases_once(
@@ -114,13 +153,15 @@ async def test_unlock_whose_reply_was_lost_releases_once(
     assert await raw.exists(name) == 0
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 async def test_rollback_whose_reply_was_lost_is_resent(
-    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+    family: str, proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
 ) -> None:
     """An acquire cancelled in flight, then its rollback's reply lost: the lock ends free."""
-    lock = proxied.lock(name, owner="o")
-    acquire_drop = proxy.drop_reply(script("lock_acquire"))
-    rollback_drop = proxy.drop_reply(script("lock_rollback"))
+    make, scripts, state = FAMILIES[family]
+    lock = make(proxied, name)
+    acquire_drop = proxy.drop_reply(script(f"{scripts}_acquire"))
+    rollback_drop = proxy.drop_reply(script(f"{scripts}_rollback"))
     acquire = asyncio.create_task(lock.lock())
     await asyncio.wait_for(acquire_drop.executed.wait(), LIMIT)
     acquire.cancel()
@@ -128,30 +169,32 @@ async def test_rollback_whose_reply_was_lost_is_resent(
         await acquire
     await asyncio.wait_for(rollback_drop.executed.wait(), LIMIT)
     await quiesce(proxied)
-    assert await raw.exists(name) == 0
+    assert await raw.exists(state(proxied, name)[0]) == 0
     assert lock.statistics().hold_count == 0
     assert await lock.try_lock(wait=0)
     await lock.unlock()
 
 
+@pytest.mark.parametrize("family", FAMILIES)
 async def test_renewal_whose_reply_was_lost_keeps_the_lease(
-    proxy: FaultProxy, raw: Redis, name: str, caplog: pytest.LogCaptureFixture
+    family: str, proxy: FaultProxy, raw: Redis, name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A renewal round whose reply is lost is tried again well before the lease runs out."""
+    make, scripts, state = FAMILIES[family]
     client = aiolock.Client.from_url(
         proxy.url + FAST, watchdog_timeout=1.5, retry_attempts=0, retry_interval=0.05
     )
     try:
-        lock = client.lock(name, owner="o")
+        lock = make(client, name)
         await lock.lock()
-        drop = proxy.drop_reply(script("lock_renew"), then="close")
+        drop = proxy.drop_reply(script(f"{scripts}_renew"), then="close")
         with caplog.at_level(logging.WARNING, logger="aiolock"):
             await asyncio.wait_for(drop.executed.wait(), LIMIT)
             rounds = client._renewal.rounds
             await wait_until(lambda: client._renewal.rounds >= rounds + 3, what="3 more rounds")
         assert "could not renew" in caplog.text
         assert "was lost" not in caplog.text
-        assert await raw.hget(name, f"{client.id}:owner:o") == "1"
+        assert await raw.hget(*state(client, name)) == "1"
         await lock.unlock()
     finally:
         await client.aclose()
@@ -203,20 +246,6 @@ async def test_partition_longer_than_the_lease_is_reported(
 # -- the fair read-write lock: its own scripts, the same resend rules ------------------------
 
 
-def frw_keys(name: str) -> list[str]:
-    """Every key of the fair read-write lock ``name``."""
-    return [f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw", "aiolock_frw_leases")] + [
-        f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw_queue", "aiolock_frw_deadlines")
-    ]
-
-
-def frw_side(
-    client: aiolock.Client, name: str, side: str
-) -> aiolock.FairReadLock | aiolock.FairWriteLock:
-    frw = client.fair_read_write_lock(name, owner="o")
-    return frw.read_lock() if side == "r" else frw.write_lock()
-
-
 @pytest.mark.parametrize("side", ["r", "w"], ids=["read", "write"])
 async def test_fair_rw_acquire_and_release_whose_replies_were_lost_count_once(
     side: str, proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
@@ -241,26 +270,6 @@ async def test_fair_rw_acquire_and_release_whose_replies_were_lost_count_once(
     assert await raw.exists(*frw_keys(name)) == 0
 
 
-async def test_fair_rw_rollback_whose_reply_was_lost_is_resent(
-    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
-) -> None:
-    """A fair read-write acquire cancelled in flight, its rollback's reply lost: free."""
-    lock = frw_side(proxied, name, "w")
-    acquire_drop = proxy.drop_reply(script("frw_acquire"))
-    rollback_drop = proxy.drop_reply(script("frw_rollback"))
-    acquire = asyncio.create_task(lock.lock())
-    await asyncio.wait_for(acquire_drop.executed.wait(), LIMIT)
-    acquire.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await acquire
-    await asyncio.wait_for(rollback_drop.executed.wait(), LIMIT)
-    await quiesce(proxied)
-    assert await raw.exists(*frw_keys(name)) == 0
-    assert lock.statistics().hold_count == 0
-    assert await lock.try_lock(wait=0)
-    await lock.unlock()
-
-
 async def test_fair_rw_leave_whose_reply_was_lost_is_resent(
     proxy: FaultProxy, proxied: aiolock.Client, make_client: ClientFactory, raw: Redis, name: str
 ) -> None:
@@ -278,26 +287,3 @@ async def test_fair_rw_leave_whose_reply_was_lost_is_resent(
     assert await reader.try_lock(wait=0)
     await reader.unlock()
     await holder.unlock()
-
-
-async def test_fair_rw_renewal_whose_reply_was_lost_keeps_the_lease(
-    proxy: FaultProxy, raw: Redis, name: str, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A fair read-write renewal whose reply is lost is tried again before the lease ends."""
-    client = aiolock.Client.from_url(
-        proxy.url + FAST, watchdog_timeout=1.5, retry_attempts=0, retry_interval=0.05
-    )
-    try:
-        lock = frw_side(client, name, "r")
-        await lock.lock()
-        drop = proxy.drop_reply(script("frw_renew"), then="close")
-        with caplog.at_level(logging.WARNING, logger="aiolock"):
-            await asyncio.wait_for(drop.executed.wait(), LIMIT)
-            rounds = client._renewal.rounds
-            await wait_until(lambda: client._renewal.rounds >= rounds + 3, what="3 more rounds")
-        assert "could not renew" in caplog.text
-        assert "was lost" not in caplog.text
-        assert await raw.hget(frw_keys(name)[0], f"r:{client.id}:owner:o") == "1"
-        await lock.unlock()
-    finally:
-        await client.aclose()

@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.asyncio.client import PubSub
 
 import aiolock
 from aiolock._scripts import load_script
@@ -171,3 +172,23 @@ async def run_cancellable(
     finally:
         for client in clients:
             await quiesce(client)
+
+
+async def subscribe_confirmed(pubsub: PubSub, *channels: str) -> None:
+    """Subscribe ``pubsub`` and wait until the server counts each subscription.
+
+    A bare ``subscribe()`` only sends the command: a message published on another
+    connection right after may reach the server first and be missed.
+    """
+    reader = Redis(connection_pool=pubsub.connection_pool)
+    try:
+        before = {str(c): int(n) for c, n in await reader.pubsub_numsub(*channels)}
+        await pubsub.subscribe(*channels)
+
+        async def counted() -> bool:
+            now = {str(c): int(n) for c, n in await reader.pubsub_numsub(*channels)}
+            return all(now[c] > before[c] for c in channels)
+
+        await wait_until(counted, what=f"subscribed to {channels}")
+    finally:
+        await reader.aclose()

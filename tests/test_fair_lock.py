@@ -18,7 +18,7 @@ from aiolock._primitive import Call
 from aiolock._scripts import load_script
 
 from .conftest import ClientFactory
-from .helpers import Gate, gated_redis, wait_until
+from .helpers import Gate, gated_redis, subscribe_confirmed, wait_until
 
 # Safety net only. It is well below the 30 s a waiter sleeps when no message wakes it
 # (the watchdog lease, or the cap while another waiter's turn), so a test that passes was
@@ -342,7 +342,7 @@ async def test_unlock_publishes_only_to_the_head(
         await wait_queued(raw, name, 1)
         tg.create_task(second())
         head, behind = await wait_queued(raw, name, 2)
-        await listen.subscribe(channel_of(name, head), channel_of(name, behind))
+        await subscribe_confirmed(listen, channel_of(name, head), channel_of(name, behind))
         await holder.unlock()
         assert await next_message(listen) == (channel_of(name, head), "0")
         await wait_until(lambda: _holds(raw, name, head), what="head acquired")
@@ -369,7 +369,7 @@ async def test_force_unlock_wakes_only_the_head(
     b = f"{uuid.uuid4()}:2"
     await raw.rpush(queue_key(name), a, b)
     await raw.zadd(timeout_key(name), {a: now_ms() + 60_000, b: now_ms() + 120_000})
-    await listen.subscribe(channel_of(name, a), channel_of(name, b))
+    await subscribe_confirmed(listen, channel_of(name, a), channel_of(name, b))
     assert await client.fair_lock(name).force_unlock()
     assert await next_message(listen) == (channel_of(name, a), "0")
     assert await queue_of(raw, name) == [a, b]
@@ -479,7 +479,7 @@ async def test_leaving_head_wakes_the_next_when_free(
     _, queued = await wait_queued(raw, name, 2)
     await wait_until(lambda: lock.statistics().tasks_waiting == 1, what="waiting")
     await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
-    await listen.subscribe(channel_of(name, head), channel_of(name, queued))
+    await subscribe_confirmed(listen, channel_of(name, head), channel_of(name, queued))
 
     # What the engine sends for a waiter of holder `head` that gives up.
     slow = client.fair_lock(name, owner="slow")._p
@@ -545,7 +545,7 @@ async def test_unlock_of_absent_lock_raises_and_wakes_the_head(
     java = f"{uuid.uuid4()}:1"
     await raw.rpush(queue_key(name), java)
     await raw.zadd(timeout_key(name), {java: now_ms() + 60_000})
-    await listen.subscribe(channel_of(name, java))
+    await subscribe_confirmed(listen, channel_of(name, java))
     await raw.delete(name)  # the lease ran out: nobody was told
 
     with pytest.raises(aiolock.LockLostError):
@@ -569,7 +569,7 @@ async def test_unlock_of_lock_held_by_another_publishes_nothing(
     java = f"{uuid.uuid4()}:1"
     await raw.rpush(queue_key(name), java)
     await raw.zadd(timeout_key(name), {java: now_ms() + 60_000})
-    await listen.subscribe(channel_of(name, java))
+    await subscribe_confirmed(listen, channel_of(name, java))
     with pytest.raises(aiolock.LockNotOwnedError):
         await client.fair_lock(name).unlock()
     await raw.publish(channel_of(name, java), "marker")
@@ -633,7 +633,7 @@ async def test_aiolock_unlock_wakes_java_waiter(
     await lock.lock()
     java = f"{uuid.uuid4()}:5"
     keys = [name, queue_key(name), timeout_key(name)]
-    await listen.subscribe(channel_of(name, java))
+    await subscribe_confirmed(listen, channel_of(name, java))
     ttl = await raw.eval(JAVA_FAIR_ACQUIRE, 3, *keys, 30_000, java, W_DEFAULT, now_ms())
     assert isinstance(ttl, int)
     assert 0 < ttl <= 30_000

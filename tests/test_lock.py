@@ -17,7 +17,7 @@ import aiolock
 from aiolock._keys import lock_channel, unlock_latch_key
 from aiolock._scripts import load_script
 
-from .helpers import Gate, gated_redis, wait_until
+from .helpers import Gate, gated_redis, subscribe_confirmed, wait_until
 
 LIMIT = 10.0
 ClientFactory = Callable[..., aiolock.Client]
@@ -150,7 +150,7 @@ async def test_full_release_publishes_zero(
     client: aiolock.Client, raw: Redis, listen: PubSub, name: str
 ) -> None:
     """Unlock publishes "0" on redisson_lock__channel:{name} only when fully released."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     lock = client.lock(name)
     await lock.lock()
     await lock.lock()
@@ -169,7 +169,7 @@ async def test_force_unlock_publishes_zero(
     client: aiolock.Client, raw: Redis, listen: PubSub, name: str
 ) -> None:
     """force_unlock() deletes the hash and publishes "0"; on a free lock it publishes nothing."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     lock = client.lock(name)
     await lock.lock()
     assert await lock.force_unlock()
@@ -243,7 +243,7 @@ async def test_key_prefix(
 ) -> None:
     """key_prefix="svc:" puts the hash at svc:<name> and the channel at ...:{svc:<name>}."""
     client = make_client(key_prefix="svc:")
-    await listen.subscribe(channel_of(f"svc:{name}"))
+    await subscribe_confirmed(listen, channel_of(f"svc:{name}"))
     lock = client.lock(name)
     assert lock.name == name
     await lock.lock()

@@ -19,7 +19,7 @@ from aiolock._renewal import BATCH_SIZE
 from aiolock._scripts import Script, ScriptRunner, load_script
 
 from .conftest import ClientFactory
-from .helpers import Gate, gated_redis, wait_until
+from .helpers import Gate, gated_redis, subscribe_confirmed, wait_until
 
 T = TypeVar("T")
 
@@ -465,7 +465,7 @@ async def test_downgrade_releasing_write_first(
     client: aiolock.Client, raw: Redis, listen: PubSub, name: str
 ) -> None:
     """Writer takes the read lock, drops the write: mode=read, published nothing, readers in."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     lock = rw(client, name, owner="d")
     holder = holder_id(client, "d")
     await lock.write_lock().lock()
@@ -488,7 +488,7 @@ async def test_downgrade_releasing_read_first(
     client: aiolock.Client, raw: Redis, listen: PubSub, name: str
 ) -> None:
     """Writer takes and drops a read hold: still mode=write; its write unlock publishes "1"."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     lock = rw(client, name, owner="d")
     holder = holder_id(client, "d")
     await lock.write_lock().lock(lease=20)
@@ -509,7 +509,7 @@ async def test_downgrade_wakes_local_readers_at_once_and_remote_ones_by_ttl(
     make_client: ClientFactory, raw: Redis, listen: PubSub, name: str, scripts: Scripts
 ) -> None:
     """After a downgrade, local readers are woken without a message; remote ones retry."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     client, other = make_client(), make_client()
     lock = rw(client, name, owner="d")
     # The remote reader's wait is bounded by this lease; the local one's too, but it
@@ -622,7 +622,7 @@ async def test_layout_and_messages_are_redissons(
     client: aiolock.Client, raw: Redis, listen: PubSub, name: str, uid: str
 ) -> None:
     """mode, fields, timeout keys and channel are Redisson's; "0" on read, "1" on write release."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     a, b = rw(client, name, owner="a").read_lock(), rw(client, name, owner="b").read_lock()
     await a.lock()
     await b.lock()
@@ -679,7 +679,7 @@ async def test_braced_name_layout(
 ) -> None:
     """A name with a {tag} is used as is: name:<holder>:rwlock_timeout:1, redisson_rwlock:name."""
     name = f"{{{uid}}}:rw"
-    await listen.subscribe(f"redisson_rwlock:{name}")
+    await subscribe_confirmed(listen, f"redisson_rwlock:{name}")
     reader = rw(client, name, owner="r").read_lock()
     await reader.lock()
     key = f"{name}:{holder_id(client, 'r')}:rwlock_timeout:1"
@@ -731,7 +731,7 @@ async def test_java_read_hold_keeps_the_hash_alive(
     client: aiolock.Client, raw: Redis, listen: PubSub, name: str
 ) -> None:
     """A Java reader's timeout key counts in the recomputation; once gone, the hash goes."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     java = "7b0c7d56-5d36-4b55-9bb4-0a5f3c1f8a11:42"
     await raw.hset(name, mapping={"mode": "read", java: "1"})
     await raw.set(timeout_key(name, java, 1), "1", px=60_000)
@@ -799,7 +799,7 @@ async def test_force_unlock_only_in_its_own_mode(
     make_client: ClientFactory, raw: Redis, listen: PubSub, name: str, uid: str
 ) -> None:
     """read force_unlock() leaves a writer alone and vice versa; in its mode it deletes all."""
-    await listen.subscribe(channel_of(name))
+    await subscribe_confirmed(listen, channel_of(name))
     client, other = make_client(), make_client()
     writer = rw(client, name, owner="w").write_lock()
     await writer.lock()

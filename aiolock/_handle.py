@@ -9,7 +9,7 @@ its lock type). A lock type subclasses :class:`LockHandle` and gives it its ``Pr
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -48,7 +48,7 @@ class Acquirable:
 
     __slots__ = ()
 
-    async def _acquire(self, wait: float | None, lease: float | None) -> bool:
+    def _acquire(self, wait: float | None, lease: float | None) -> Awaitable[bool]:
         """Acquire within ``wait`` (None: forever); whether it was."""
         raise NotImplementedError  # pragma: no cover - abstract
 
@@ -133,8 +133,9 @@ class LockHandle(Acquirable):
 
     # -- acquiring ------------------------------------------------------------------------
 
-    async def _acquire(self, wait: float | None, lease: float | None) -> bool:
-        return await self._engine.acquire(self._p, self._owner, wait, lease)
+    def _acquire(self, wait: float | None, lease: float | None) -> Awaitable[bool]:
+        # The engine's coroutine itself, awaited by the caller: no extra frame per acquire.
+        return self._engine.acquire(self._p, self._owner, wait, lease)
 
     # -- releasing ------------------------------------------------------------------------
 

@@ -300,12 +300,15 @@ class LocalServer(ServerHandle):
             try:
                 info = _server_info(url, timeout=0.5)
             except (redis.ConnectionError, redis.TimeoutError):
-                pass  # refused, still loading its AOF, or the port is someone else's
+                pass  # refused, or the port is someone else's
             else:
                 # Whoever answers must be our process, not a server that grabbed the port.
                 if info.get("process_id") != proc.pid:
                     raise _PortTakenError(f"{url} is served by another process")
-                return _identify(info)
+                # INFO answers while the AOF loads, every data command with LOADING: the
+                # server is ready once the load is over.
+                if not info.get("loading"):
+                    return _identify(info)
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"{self.executable} did not answer within {self.startup_timeout}s:\n"
@@ -466,7 +469,8 @@ def _server_info(url: str, timeout: float = 2.0) -> dict[str, Any]:
         url, socket_timeout=timeout, socket_connect_timeout=timeout, retry=Retry(NoBackoff(), 0)
     )
     with client:
-        return client.info("server")
+        # The default sections: "server" says who answers, "persistence" whether it loads.
+        return client.info()
 
 
 def _identify(info: dict[str, Any]) -> tuple[str, str]:

@@ -168,6 +168,25 @@ def test_restart_keeps_data_only_with_appendonly(appendonly: bool, expected: str
             assert client.get("aiolock:testing:key") == expected
 
 
+def test_start_returns_once_the_aof_is_loaded() -> None:
+    """restart() returns once the server serves data: INFO answers while the AOF loads, but
+    every data command then fails with LOADING (CI saw a test's first command fail so)."""
+    with start_local_server(appendonly=True) as server:
+        with connect(server) as client:
+            # Enough writes that loading them takes a while: the window this test needs.
+            client.eval(
+                "for i = 1, tonumber(ARGV[1]) do redis.call('set', 'k' .. i, i) end",
+                0,
+                _LOADED_KEYS,
+            )
+        server.restart()
+        with connect(server) as client:
+            assert client.get(f"k{_LOADED_KEYS}") == str(_LOADED_KEYS)
+
+
+_LOADED_KEYS = 300_000
+
+
 def test_pause_blocks_commands_until_resume(local: LocalServer) -> None:
     """A paused server accepts nothing until resumed; then the client works again."""
     with connect(local, socket_timeout=0.2) as client:

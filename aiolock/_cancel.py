@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-__all__ = ("calling_task", "cancel_mark", "cancelled_since")
+__all__ = ("calling_task", "cancel_mark", "cancel_requested", "cancelled_since")
 
 
 def calling_task() -> asyncio.Task[Any] | None:
@@ -41,4 +41,13 @@ def cancelled_since(mark: int) -> bool:
         task = asyncio.current_task()
     except RuntimeError:
         return False
+    return task is not None and task.cancelling() > mark
+
+
+def cancel_requested(task: asyncio.Task[Any] | None, mark: int) -> bool:
+    """``cancelled_since(mark)`` for a call that looked up its task when it started.
+
+    The hot paths ask this several times per call; the task never changes under a call,
+    and on Python 3.11 ``asyncio.current_task()`` is Python code, not C.
+    """
     return task is not None and task.cancelling() > mark

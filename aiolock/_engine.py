@@ -28,7 +28,7 @@ from redis.exceptions import AuthenticationError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ._cancel import calling_task, cancel_mark, cancelled_since
+from ._cancel import calling_task, cancel_mark, cancel_requested, cancelled_since
 from ._exceptions import (
     ClientClosedError,
     LockLostError,
@@ -172,7 +172,7 @@ class Engine:
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
-            if cancelled_since(mark):
+            if cancel_requested(task, mark):
                 raise asyncio.CancelledError from exc
             raise
         finally:
@@ -218,7 +218,9 @@ class Engine:
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         won_lease = None if lease is None else lease_ms
-        call = Call(holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt)
+        call = Call(
+            holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt, calling
+        )
         if p.polls:
             return await self._acquire_polling(p, call)
 
@@ -428,7 +430,7 @@ class Engine:
             return None
         if self.closed:
             raise ClientClosedError
-        if cancelled_since(call.mark):
+        if cancel_requested(call.caller, call.mark):
             raise asyncio.CancelledError
         return True
 
@@ -454,7 +456,7 @@ class Engine:
         if p.leaves_queue and not self._waiting.field_waiting(p.key, call.field) > 1:
             ticket = self._order.join((p.key, call.holder))
             await self._background.shielded(in_turn(ticket, self._leave(p, call)))
-        if cancelled_since(call.mark):
+        if cancel_requested(call.caller, call.mark):
             raise asyncio.CancelledError
 
     async def _leave(self, p: Primitive, call: Call) -> None:
@@ -521,11 +523,11 @@ class Engine:
                 raise ReplicaAckError(
                     p.name, acked, settings.replica_acks, settings.replica_ack_timeout
                 )
-            if not reply.stale or cancelled_since(call.mark) or self.closed:
+            if not reply.stale or cancel_requested(call.caller, call.mark) or self.closed:
                 break
             self._after_stale(p, call, reply.count, ticket)
         closed = self.closed
-        if closed or cancelled_since(call.mark):
+        if closed or cancel_requested(call.caller, call.mark):
             # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
             # client closed: never return a hold, and never go on to wait. Undo what the
             # script did: give a hold back, or void the call and leave a fair queue.
@@ -636,7 +638,7 @@ class Engine:
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
-            if cancelled_since(mark):
+            if cancel_requested(task, mark):
                 raise asyncio.CancelledError from exc
             raise
         finally:
@@ -713,7 +715,7 @@ class Engine:
             self._settle_release(p, holder, hold, latch, result)
         finally:
             ticket.release()
-        if cancelled_since(mark):
+        if cancel_requested(calling, mark):
             # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
             raise asyncio.CancelledError
 

@@ -74,6 +74,9 @@ class Call(NamedTuple):
     mark: int
     # Where the acquisition's token goes (a fenced lock's caller asks for it), else None.
     receipt: list[int] | None = None
+    # The task that made the call (None outside one), for its cancel checks; it differs
+    # from ``task`` when the call is made for an explicit owner=.
+    caller: asyncio.Task[Any] | None = None
 
 
 class Waitable:

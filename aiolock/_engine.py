@@ -734,6 +734,8 @@ class Engine:
             or hold.lost is not None
             or self.closed
             or not self._handovers.allowed(p.key)
+            # The common case, nobody of this client waiting: no closure, no scan.
+            or not self._waiting.has_waiters(p.channel(holder))
         ):
             return None
 

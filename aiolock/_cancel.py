@@ -41,7 +41,7 @@ def cancelled_since(mark: int) -> bool:
         task = asyncio.current_task()
     except RuntimeError:
         return False
-    return task is not None and task.cancelling() > mark
+    return cancel_requested(task, mark)
 
 
 def cancel_requested(task: asyncio.Task[Any] | None, mark: int) -> bool:

@@ -734,9 +734,11 @@ class Engine:
             or hold.lost is not None
             or self.closed
             or not self._handovers.allowed(p.key)
-            # The common case, nobody of this client waiting: no closure, no scan.
-            or not self._waiting.has_waiters(p.channel(holder))
         ):
+            return None
+        channel = p.channel(holder)
+        if not self._waiting.has_waiters(channel):
+            # The common case, nobody of this client waiting: no closure, no scan.
             return None
 
         def eligible(call: Call) -> bool:
@@ -746,7 +748,7 @@ class Engine:
                 and not self._order.busy((p.key, call.holder))
             )
 
-        waiter = self._waiting.heir(p.channel(holder), eligible)
+        waiter = self._waiting.heir(channel, eligible)
         if waiter is None or waiter.parked is None:
             return None
         waiter.offer = offer = Offer(waiter.parked, waiter.offer_settled)

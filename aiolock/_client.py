@@ -164,7 +164,11 @@ class Client:
         if isinstance(redis, RedisCluster):
             cluster = Cluster(seeds, connector, deadline=deadline, make_dispatcher=dispatcher)
             self._topology = cluster
-            self._pubsub = ClusterPubSub(cluster)
+            self._pubsub = ClusterPubSub(
+                cluster,
+                retry_attempts=options.retry_attempts,
+                retry_interval=options.retry_interval,
+            )
         else:
             pool = redis.connection_pool
             if isinstance(pool, SentinelConnectionPool):

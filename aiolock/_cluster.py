@@ -318,21 +318,36 @@ class Cluster:
 class ClusterPubSub:
     """The engine's ``PubSub`` on a cluster: each channel on its slot's primary."""
 
-    def __init__(self, cluster: Cluster) -> None:
+    def __init__(self, cluster: Cluster, *, retry_attempts: int, retry_interval: float) -> None:
         self._cluster = cluster
+        self._retry_attempts = retry_attempts
+        self._retry_interval = retry_interval
 
     def join(self, name: str) -> Subscription | None:
         dispatcher = self._cluster.dispatcher_for(name)
         return None if dispatcher is None else dispatcher.join(name)
 
     async def subscribe(self, name: str, limit: float | None) -> Subscription | None:
-        dispatcher = self._cluster.dispatcher_for(name)
-        if dispatcher is None:
-            await self._cluster.refresh()
-            dispatcher = self._cluster.dispatcher_for(name)
-            if dispatcher is None:
+        loop = asyncio.get_running_loop()
+        deadline = None if limit is None else loop.time() + limit
+        attempt = 0
+        while (dispatcher := self._cluster.dispatcher_for(name)) is None:
+            if attempt > self._retry_attempts:
                 raise ClusterDownError(f"aiolock: no primary serves the slot of {name!r}")
-        return await dispatcher.subscribe(name, limit)
+            if attempt:
+                # A failover under way: the map names no primary for the slot until it
+                # ends. Read it again a moment later, as a script call is resent.
+                pause = self._retry_interval
+                if deadline is not None:
+                    if (left := deadline - loop.time()) <= 0:
+                        return None
+                    pause = min(pause, left)
+                await asyncio.sleep(pause)
+            await self._cluster.refresh()
+            attempt += 1
+        return await dispatcher.subscribe(
+            name, None if deadline is None else max(0.0, deadline - loop.time())
+        )
 
     def channels(self) -> dict[str, int]:
         channels: dict[str, int] = {}

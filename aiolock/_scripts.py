@@ -341,9 +341,11 @@ class ScriptRunner:
                     asking = False
                 else:
                     raise exc
-            if transport is None:
-                transport = self._route(key) or await topology.locate(key)
             try:
+                if transport is None:
+                    # Inside the try: a map read mid-failover may name no primary for the
+                    # slot (ClusterDownError), retried like the server's own CLUSTERDOWN.
+                    transport = self._route(key) or await topology.locate(key)
                 return await call((transport, asking))
             except self._resend as error:
                 exc = error

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.crc import key_slot
+from redis.exceptions import ClusterDownError, MovedError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import MovedError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._exceptions import ClientClosedError
@@ -216,6 +216,13 @@ class Dispatcher:
         if isinstance(reply, MovedError):
             # SSUBSCRIBE to a server that no longer serves the channel's slot.
             self._moved(lambda channel: key_slot(channel.name.encode()) == reply.slot_id)
+            return
+        if isinstance(reply, ClusterDownError):
+            # SSUBSCRIBE to a server whose slot has no primary just now (a failover, a
+            # slot reassigned): no refusal, the connection stays. The reply names no
+            # channel, so every one still unconfirmed moves: its waiters attempt again,
+            # and subscribe anew once the slot map names a primary.
+            self._moved(lambda channel: not channel.confirmed.is_set())
             return
         if isinstance(reply, ResponseError):
             # An answer, not a broken connection: the server refuses a command.

@@ -293,3 +293,40 @@ async def test_a_killed_primary_loses_nothing_silently(uid: str) -> None:
         finally:
             await holder.aclose()
             await waiting.aclose()
+
+
+async def test_a_slot_served_by_no_primary_for_a_while_is_waited_out(uid: str) -> None:
+    """A slot left without a primary (as a slot-map read can answer mid-failover): the
+    parked waiter, told its channel moved, and a new caller both ride it out within their
+    retries, and are served once a primary takes the slot again. Neither raises
+    ClusterDownError at the first map that lacks the slot (a cluster of its own)."""
+    with redis_cluster() as own:
+        options: dict[str, Any] = {"retry_attempts": 100, "retry_interval": 0.05}
+        holder = aiolock.Client.from_url(own.url, cluster=True, **options)
+        waiting = aiolock.Client.from_url(own.url, cluster=True, **options)
+        try:
+            name, other = f"test:{{{uid}}}:held", f"test:{{{uid}}}:free"
+            slot = key_slot(name.encode())
+            lock = holder.lock(name, owner="h")
+            await lock.lock()
+            parked = asyncio.create_task(_hold_once(waiting.lock(name)))
+            await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 1)
+            reads = await asyncio.to_thread(own.slot_map_reads)
+            owner = await asyncio.to_thread(own.unassign_slot, slot)
+            fresh = asyncio.create_task(_hold_once(waiting.lock(other)))
+
+            async def retrying() -> bool:
+                # Both have read a map lacking the slot, more than once: they are retrying.
+                return await asyncio.to_thread(own.slot_map_reads) >= reads + 4
+
+            await wait_until(retrying)
+            assert not parked.done()
+            assert not fresh.done()
+            await asyncio.to_thread(own.assign_slot, slot, owner)
+            async with asyncio.timeout(LIMIT):
+                await fresh
+                await lock.unlock()
+                await parked
+        finally:
+            await holder.aclose()
+            await waiting.aclose()

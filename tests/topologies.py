@@ -192,6 +192,27 @@ class ClusterHandle:
             node.call("CLUSTER", "SETSLOT", slot, "NODE", target_id)
         self.wait_stable(lambda: self.node_for_slot(slot) is to)
 
+    def unassign_slot(self, slot: int) -> Node:
+        """Leave ``slot`` served by no primary (its owner first, so no node learns it back
+        from the owner's gossip); return the owner, for ``assign_slot``."""
+        owner = self.node_for_slot(slot)
+        for node in [owner, *(n for n in self._live() if n is not owner)]:
+            node.call("CLUSTER", "DELSLOTS", slot)
+        return owner
+
+    def assign_slot(self, slot: int, node: Node) -> None:
+        """Give an unassigned ``slot`` to the primary ``node``; the others learn it."""
+        node.call("CLUSTER", "ADDSLOTS", slot)
+        self.wait_stable(lambda: self.node_for_slot(slot) is node)
+
+    def slot_map_reads(self) -> int:
+        """CLUSTER SLOTS calls every live node has answered so far."""
+        total = 0
+        for node in self._live():
+            stats = node.call("INFO", "commandstats")
+            total += int(stats.get("cmdstat_cluster|slots", {}).get("calls", 0))
+        return total
+
     def wait_stable(self, also: Callable[[], bool] | None = None) -> None:
         """Until every live node reports the same full slot map and config epochs, and
         ``also`` holds.

@@ -213,18 +213,20 @@ class Dispatcher:
 
     def on_reply(self, reply: Any) -> None:
         self._heard = True
-        if isinstance(reply, MovedError):
-            # SSUBSCRIBE to a server that no longer serves the channel's slot.
-            self._moved(lambda channel: key_slot(channel.name.encode()) == reply.slot_id)
-            return
-        if isinstance(reply, ClusterDownError):
-            # SSUBSCRIBE to a server whose slot has no primary just now (a failover, a
-            # slot reassigned): no refusal, the connection stays. The reply names no
-            # channel, so every one still unconfirmed moves: its waiters attempt again,
-            # and subscribe anew once the slot map names a primary.
-            self._moved(lambda channel: not channel.confirmed.is_set())
-            return
+        # One check per message; the kinds of error only when there is one.
         if isinstance(reply, ResponseError):
+            if isinstance(reply, MovedError):
+                # SSUBSCRIBE to a server that no longer serves the channel's slot.
+                slot = reply.slot_id
+                self._moved(lambda channel: key_slot(channel.name.encode()) == slot)
+                return
+            if isinstance(reply, ClusterDownError):
+                # SSUBSCRIBE to a server whose slot has no primary just now (a failover,
+                # a slot reassigned): no refusal, the connection stays. The reply names no
+                # channel, so every one still unconfirmed moves: its waiters attempt
+                # again, and subscribe anew once the slot map names a primary.
+                self._moved(lambda channel: not channel.confirmed.is_set())
+                return
             # An answer, not a broken connection: the server refuses a command.
             self._refused(reply)
             if self._wire is not None:

@@ -224,17 +224,18 @@ class ClusterHandle:
         unmet = ["nothing checked yet"]
 
         def stable() -> bool:
-            maps = set()
+            maps, epochs = set(), set()
             for node in self._live():
                 if "cluster_state:ok" not in node.call("CLUSTER", "INFO"):
                     unmet[0] = f"node {node.port} not cluster_state:ok"
                     return False
                 reply = node.call("CLUSTER", "SLOTS")
                 maps.add(tuple(sorted((int(e[0]), int(e[1]), int(e[2][1])) for e in reply)))
+                epochs.add(self._epochs(node))
             if len(maps) != 1:
                 unmet[0] = f"{len(maps)} different slot maps"
                 return False
-            if len({self._epochs(node) for node in self._live()}) != 1:
+            if len(epochs) != 1:
                 unmet[0] = "nodes disagree on config epochs"
                 return False
             covered = sum(last - first + 1 for first, last, _ in next(iter(maps)))

@@ -31,19 +31,26 @@
 
 --@include settled
 
-local reply, count = settled(KEYS[1], ARGV[2], ARGV[3], ARGV[1])
-if reply then
-    if KEYS[3] and reply[1] == 1 then
-        reply[3] = tonumber(redis.call('get', KEYS[3]))
+-- The common case first: a first hold (ARGV[3] is 1) on a free lock, for a call not rolled
+-- back. One EXISTS over the hash and the tombstone answers all three, where the general
+-- path below asks three times; each call into the server costs the script about as much
+-- as the command itself. Any other state takes the general path, which judges it in full.
+local free = ARGV[3] == '1' and redis.call('exists', KEYS[1], KEYS[2]) == 0
+if not free then
+    local reply, count = settled(KEYS[1], ARGV[2], ARGV[3], ARGV[1])
+    if reply then
+        if KEYS[3] and reply[1] == 1 then
+            reply[3] = tonumber(redis.call('get', KEYS[3]))
+        end
+        return reply
     end
-    return reply
-end
-if not count and redis.call('exists', KEYS[1]) == 1 then
-    return {0, redis.call('pttl', KEYS[1])}
-end
--- About to take a hold: unless this call was cancelled and rolled back already.
-if redis.call('exists', KEYS[2]) == 1 then
-    return {-1, 0}
+    if not count and redis.call('exists', KEYS[1]) == 1 then
+        return {0, redis.call('pttl', KEYS[1])}
+    end
+    -- About to take a hold: unless this call was cancelled and rolled back already.
+    if redis.call('exists', KEYS[2]) == 1 then
+        return {-1, 0}
+    end
 end
 local token
 if KEYS[3] then
@@ -54,6 +61,6 @@ if KEYS[3] then
     token = redis.call('incr', KEYS[3])
     redis.call('pexpire', KEYS[3], ARGV[4])
 end
-count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
+local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('pexpire', KEYS[1], ARGV[1])
 return {1, count, token}

@@ -94,8 +94,37 @@ def _no_open_connections(request: pytest.FixtureRequest) -> Iterator[None]:
             _leaks.append((request.node.nodeid, "".join(traceback.format_list(stack))))
 
 
+# What each xdist worker announced (its server, its cluster), as the controller heard it.
+_announced: dict[str, None] = {}
+
+
+def _announce(config: pytest.Config, line: str) -> None:
+    """Say which server a run uses, past output capture, so every log names it.
+
+    An xdist worker's own terminal is never shown: a worker hands the line to the
+    controller (``workeroutput``), which prints it in its summary.
+    """
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput.setdefault("aiolock_announced", []).append(line)
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None:
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            reporter.write_line(line)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    for line in getattr(node, "workeroutput", {}).get("aiolock_announced", ()):
+        _announced[line] = None
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    """List the connections tests left open, with where each was made."""
+    """Name the servers the workers used; list the connections tests left open."""
+    for line in _announced:
+        terminalreporter.write_line(line)
     if _leaks:
         terminalreporter.section("redis connections left open")
         for nodeid, where in _leaks:
@@ -106,14 +135,7 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 def server(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
     """One real server for the whole run (REDIS_URL, Docker, PATH or embedded Valkey)."""
     with redis_server(announce=False) as handle:
-        # Past output capture (active while fixtures set up), so every CI log says which
-        # server the run was against.
-        plugins = request.config.pluginmanager
-        reporter = plugins.get_plugin("terminalreporter")
-        capture = plugins.get_plugin("capturemanager")
-        if reporter is not None:
-            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-                reporter.write_line(f"aiolock tests: using {handle}")
+        _announce(request.config, f"aiolock tests: using {handle}")
         yield handle
 
 
@@ -130,11 +152,7 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterHandle]:
     waits for that); which node is a primary changes.
     """
     with redis_cluster() as handle:
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        capture = request.config.pluginmanager.get_plugin("capturemanager")
-        if reporter is not None:
-            with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-                reporter.write_line(f"aiolock tests: cluster at {handle.url}")
+        _announce(request.config, f"aiolock tests: cluster at {handle.url}")
         yield handle
 
 

@@ -106,6 +106,16 @@ def dispatchers_of(client: Any) -> list[Any]:
     return topology.dispatchers() if hasattr(topology, "dispatchers") else [client._dispatcher]
 
 
+def subscriptions_confirmed(client: Any) -> bool:
+    """Whether the client subscribes to some channel and the server confirmed every one.
+
+    A task counts as waiting from the moment it enters the wait, before its SUBSCRIBE is
+    answered: a test that looks at the server's subscriptions waits for this first.
+    """
+    channels = [c for d in dispatchers_of(client) for c in d._channels.values()]
+    return bool(channels) and all(c.confirmed.is_set() for c in channels)
+
+
 def _settling(client: Any) -> set[Any]:
     """The client's background completions still running (rollbacks, releases, leaves).
 

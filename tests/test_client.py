@@ -10,7 +10,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
-from .helpers import wait_until
+from .helpers import subscriptions_confirmed, wait_until
 
 
 @pytest.mark.parametrize(
@@ -29,10 +29,7 @@ async def test_wrapped_redis_in_any_reply_mode(
     assert await lock.hold_count() == 1
     waiter = asyncio.create_task(client.lock(name).try_lock(wait=10))
     await wait_until(lambda: lock.statistics().tasks_waiting == 1, what="waiting")
-    await wait_until(
-        lambda: all(c.confirmed.is_set() for c in client._dispatcher._channels.values()),
-        what="subscribed",
-    )
+    await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
     await lock.unlock()
     async with asyncio.timeout(5):
         assert await waiter

@@ -18,7 +18,13 @@ from aiolock._primitive import Call
 from aiolock._scripts import load_script
 
 from .conftest import ClientFactory
-from .helpers import Gate, gated_redis, subscribe_confirmed, wait_until
+from .helpers import (
+    Gate,
+    gated_redis,
+    subscribe_confirmed,
+    subscriptions_confirmed,
+    wait_until,
+)
 
 # Safety net only. It is well below the 30 s a waiter sleeps when no message wakes it
 # (the watchdog lease, or the cap while another waiter's turn), so a test that passes was
@@ -157,12 +163,6 @@ async def no_queue(raw: Redis, name: str) -> bool:
 def cleanup_done(client: aiolock.Client) -> bool:
     """Whether every background task but the watchdog and the pub/sub reader has finished."""
     return client._background.tasks <= {client._renewal._task, client._dispatcher._reader}
-
-
-def subscriptions_confirmed(client: aiolock.Client) -> bool:
-    """Whether the client's pub/sub channels are all confirmed by the server."""
-    channels = client._dispatcher._channels.values()
-    return bool(channels) and all(c.confirmed.is_set() for c in channels)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from aiolock._rwlock import rwlock_wake_count
 from aiolock._waiting import Waiter, WaitingRoom, WakeCount
 
 from .conftest import ClientFactory
-from .helpers import wait_until
+from .helpers import subscriptions_confirmed, wait_until
 
 
 class _Waiters:
@@ -188,7 +188,7 @@ async def test_one_connection_serves_every_waiter(
         await lock.lock()
     waiters = [asyncio.create_task(client.lock(f"test:{uid}:{i % 3}").lock()) for i in range(10)]
     await wait_until(lambda: client._waiting.total() == 10, what="ten waiting")
-    await wait_until(lambda: _all_confirmed(client), what="subscriptions confirmed")
+    await wait_until(lambda: subscriptions_confirmed(client), what="subscriptions confirmed")
     assert await _pubsub_clients(raw) == 1
     numsub = dict(await raw.pubsub_numsub(*(lock_channel(lock.name) for lock in holders)))
     assert set(numsub.values()) == {1}
@@ -197,11 +197,6 @@ async def test_one_connection_serves_every_waiter(
     await asyncio.gather(*waiters, return_exceptions=True)
     for lock in holders:
         await lock.unlock()
-
-
-def _all_confirmed(client: aiolock.Client) -> bool:
-    channels = client._dispatcher._channels.values()
-    return bool(channels) and all(c.confirmed.is_set() for c in channels)
 
 
 async def test_waiters_recover_after_pubsub_connection_is_killed(
@@ -225,7 +220,7 @@ async def test_waiters_recover_after_pubsub_connection_is_killed(
 
     tasks = [asyncio.create_task(worker(i)) for i in range(5)]
     await wait_until(lambda: client.lock(name).statistics().tasks_waiting == 5, what="5 waiting")
-    await wait_until(lambda: _all_confirmed(client), what="subscribed")
+    await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
     await raw.client_kill_filter(_type="pubsub")
     # Release while the subscription is (probably) down: that message may be lost.
     await holder.unlock()
@@ -285,7 +280,7 @@ async def test_releasing_task_does_not_barge_past_a_waiter(
     await first_hold.wait()
     waiting = asyncio.create_task(waiter())
     await wait_until(lambda: client.lock(name).statistics().tasks_waiting == 1, what="waiting")
-    await wait_until(lambda: _all_confirmed(client), what="subscribed")
+    await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
     again.set()
     async with asyncio.timeout(10):
         await asyncio.gather(releasing, waiting)

@@ -19,7 +19,13 @@ from aiolock._renewal import BATCH_SIZE
 from aiolock._scripts import Script, ScriptRunner, load_script
 
 from .conftest import ClientFactory
-from .helpers import Gate, gated_redis, subscribe_confirmed, wait_until
+from .helpers import (
+    Gate,
+    gated_redis,
+    subscribe_confirmed,
+    subscriptions_confirmed,
+    wait_until,
+)
 
 T = TypeVar("T")
 
@@ -663,6 +669,7 @@ async def test_waiters_subscribe_to_the_rwlock_channel(
     read_waiter = Holder(rw(client, name).read_lock())
     write_waiter = Holder(rw(client, name).write_lock())
     await waiting(writer, 2)
+    await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
     assert client._dispatcher.channels() == {channel_of(name): 2}
     assert await raw.pubsub_channels(f"*{uid}*") == [channel_of(name)]
     await writer.unlock()
@@ -991,11 +998,6 @@ async def test_read_renewal_is_batched_per_kind(
 # -- pub/sub loss ------------------------------------------------------------------------
 
 
-def _all_confirmed(client: aiolock.Client) -> bool:
-    channels = client._dispatcher._channels.values()
-    return bool(channels) and all(c.confirmed.is_set() for c in channels)
-
-
 async def test_waiters_recover_after_pubsub_connection_is_killed(
     make_client: ClientFactory, raw: Redis, name: str
 ) -> None:
@@ -1012,7 +1014,7 @@ async def test_waiters_recover_after_pubsub_connection_is_killed(
     tasks = [asyncio.create_task(visit(rw(client, name).read_lock(), f"r{i}")) for i in range(3)]
     tasks.append(asyncio.create_task(visit(rw(client, name).write_lock(), "w")))
     await waiting(writer, 4)
-    await wait_until(lambda: _all_confirmed(client), what="subscribed")
+    await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
     await raw.client_kill_filter(_type="pubsub")
     # Released while the subscription is (probably) down: that "1" may be lost. The
     # holder's lease is 30 s, so only the restored subscription can wake them in time.

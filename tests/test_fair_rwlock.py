@@ -157,9 +157,17 @@ async def test_dead_holders_and_waiters_are_dropped(
     assert await raw.exists(*k.values()) == 0
 
 
-def _acquire_args(field: str, *, waiting: bool) -> list[str | int]:
-    """frw_acquire's ARGV for a first hold of ``field`` (lease 30 s, queue entry 5 s)."""
-    return [30_000, field, 1, "1" if waiting else "0", 5_000, "PUBLISH", 2_000]
+def _script_keys(name: str, call: str) -> list[str]:
+    """The KEYS of frw_acquire and frw_rollback, with the tombstone of call ``call``."""
+    k = keys(name)
+    channel = f"aiolock_frw__channel:{{{name}}}"
+    tombstone = f"aiolock_acquire_cancel:{{{name}}}:{call}"
+    return [k["state"], k["leases"], k["queue"], k["deadlines"], channel, tombstone]
+
+
+def _first_hold(field: str) -> list[str | int]:
+    """frw_acquire's ARGV for a waiting first hold of ``field`` (lease 30 s, entry 5 s)."""
+    return [30_000, field, 1, "1", 5_000, "PUBLISH", 2_000]
 
 
 async def test_rollback_before_late_acquire_voids_it(
@@ -167,19 +175,15 @@ async def test_rollback_before_late_acquire_voids_it(
 ) -> None:
     """A rollback that reaches the server before its acquire (a first hold, the lock free):
     the acquire takes nothing and queues nothing, on either side."""
-    k = keys(name)
-    channel = f"aiolock_frw__channel:{{{name}}}"
     run = client._runner.run
     for side in ("r", "w"):
         field = f"{side}:{client.id}:late"
-        tombstone = f"aiolock_acquire_cancel:{{{name}}}:late-{side}"
-        frw = [k["state"], k["leases"], k["queue"], k["deadlines"], channel, tombstone]
+        frw = _script_keys(name, f"late-{side}")
         rolled = await run(load_script("frw_rollback"), frw, [field, 1, 30_000, "PUBLISH", 5_000])
         assert rolled == 0
-        reply = await run(load_script("frw_acquire"), frw, _acquire_args(field, waiting=True))
-        assert reply == [-1, 0]
-        assert await raw.exists(*k.values()) == 0
-        await raw.delete(tombstone)
+        assert await run(load_script("frw_acquire"), frw, _first_hold(field)) == [-1, 0]
+        assert await raw.exists(*keys(name).values()) == 0
+        await raw.delete(frw[-1])
 
 
 async def test_a_free_lock_goes_to_the_queued_writer_first(
@@ -191,13 +195,10 @@ async def test_a_free_lock_goes_to_the_queued_writer_first(
     seconds, _ = await raw.time()
     await raw.rpush(k["queue"], "w:head")
     await raw.zadd(k["deadlines"], {"w:head": seconds * 1000 + 60_000})
-    channel = f"aiolock_frw__channel:{{{name}}}"
     run = client._runner.run
     for side in ("r", "w"):
         field = f"{side}:{client.id}:new"
-        tombstone = f"aiolock_acquire_cancel:{{{name}}}:new-{side}"
-        frw = [k["state"], k["leases"], k["queue"], k["deadlines"], channel, tombstone]
-        reply = await run(load_script("frw_acquire"), frw, _acquire_args(field, waiting=True))
+        reply = await run(load_script("frw_acquire"), _script_keys(name, side), _first_hold(field))
         assert reply[0] == 0
         assert await raw.exists(k["state"], k["leases"]) == 0
     assert await queued(raw, name) == ["w:head", f"r:{client.id}:new", f"w:{client.id}:new"]

@@ -37,10 +37,13 @@
 -- a call not rolled back. With the hash, the queue, the timeouts and the tombstone all
 -- absent, the general path below would purge nothing, pop nothing, move no deadline and
 -- take the hold, in ten calls; one EXISTS and the two that take it do the same.
-if ARGV[5] == '1' and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
+local function take_free()
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, 1}
+end
+if ARGV[5] == '1' and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4]) == 0 then
+    return take_free()
 end
 if redis.call('exists', KEYS[4]) == 1 then
     return {-1, 0}
@@ -72,9 +75,7 @@ if redis.call('exists', KEYS[1]) == 0 then
         for i = 1, #waiting do
             redis.call('zincrby', KEYS[3], -tonumber(ARGV[3]), waiting[i])
         end
-        redis.call('hset', KEYS[1], ARGV[2], 1)
-        redis.call('pexpire', KEYS[1], ARGV[1])
-        return {1, 1}
+        return take_free()
     end
 end
 

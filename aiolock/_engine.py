@@ -1119,6 +1119,8 @@ class Engine:
                             await waiter.wait(bound)
                             self.check_open()
                             leaving = False
+                            if waiter.settled:
+                                return True
                         finally:
                             # Leaving without what it waits for (deadline, cancel, close):
                             # a wake-up it was given goes on, as a lock waiter's does.

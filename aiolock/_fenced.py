@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ("FencedLock", "FencedLockPrimitive")
 
+
 class FencedLockPrimitive(LockPrimitive):
     """RLock's hash and channel, plus the token counter the acquire script advances."""
 

@@ -17,9 +17,11 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
+from aiolock._keys import fenced_token_key, lock_channel, unlock_latch_key
 
 from .helpers import wait_until
 
@@ -388,10 +390,6 @@ async def test_close_wakes_waiter(make_client: ClientFactory, name: str) -> None
 def test_prefix_and_name_make_one_slot(prefix: str, name: str) -> None:
     """Every accepted prefix with every accepted name makes a key whose derived keys hash
     to the key's own slot (issue 21, c08/b07)."""
-    from redis.crc import key_slot
-
-    from aiolock._keys import fenced_token_key, lock_channel, unlock_latch_key
-
     client = aiolock.Client.from_url(CLOSED_PORT_URL, key_prefix=prefix)
     key = prefix + client.lock(name).name
     slot = key_slot(key.encode())
@@ -417,5 +415,5 @@ def test_prefix_and_name_make_one_slot(prefix: str, name: str) -> None:
 async def test_counts_beyond_int64(offline: aiolock.Client, call: Any) -> None:
     """A count or a number of permits Redis cannot store as an integer is refused before any
     I/O, naming the argument (issue 21, s05)."""
-    with pytest.raises(ValueError, match="permits|count"):
+    with pytest.raises(ValueError, match=r"permits|count"):
         await call(offline)

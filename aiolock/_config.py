@@ -101,6 +101,14 @@ def _hash_tag_ok(name: str) -> bool:
     return end > start + 1
 
 
+def _brace_fault(text: str) -> str:
+    brace = "'{' without a valid hash tag" if "{" in text else "'}' without a '{'"
+    return (
+        f"has a {brace}: its keys would land in different cluster slots (use a non-empty"
+        " '{tag}' or no braces)"
+    )
+
+
 def check_key_prefix(prefix: object) -> str:
     """Validate ``key_prefix``: a ``str`` with no braces, or with a valid hash tag.
 
@@ -111,11 +119,7 @@ def check_key_prefix(prefix: object) -> str:
     if not isinstance(prefix, str):
         raise TypeError(f"key_prefix must be a str, not {type(prefix).__name__}")
     if not _hash_tag_ok(prefix):
-        raise ValueError(
-            f"key_prefix {prefix!r} has a '{{' or '}}' without a valid hash tag: every"
-            " lock's keys would land in different cluster slots (use a non-empty '{tag}'"
-            " or no braces)"
-        )
+        raise ValueError(f"key_prefix {prefix!r} {_brace_fault(prefix)}")
     return prefix
 
 
@@ -126,10 +130,7 @@ def check_name(name: object, what: str = "name") -> str:
     if not name:
         raise ValueError(f"{what} must be a non-empty str")
     if not _hash_tag_ok(name):
-        raise ValueError(
-            f"{what} {name!r} has a '{{' or '}}' without a valid hash tag: its keys would"
-            " land in different cluster slots (use a non-empty '{tag}' or no braces)"
-        )
+        raise ValueError(f"{what} {name!r} {_brace_fault(name)}")
     return name
 
 

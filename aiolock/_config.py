@@ -11,6 +11,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 __all__ = (
+    "MAX_COUNT",
+    "MAX_MS",
+    "MAX_SECONDS",
+    "MIN_WATCHDOG_SECONDS",
     "ClientOptions",
     "Settings",
     "check_count",
@@ -22,18 +26,43 @@ __all__ = (
 
 TimeArg = float | int | timedelta | None
 
+#: The longest time any argument may give: 10**9 s, about 31.7 years. A hold's expiry is
+#: stored as now_ms + ms in an int64 (PEXPIRE and SET PX fail once that overflows, after
+#: the script may have written), Lua's numbers are doubles (exact to 2**53, about 9e15),
+#: and Redis turns a Lua number into a command argument with %.17g (an integer only below
+#: 1e17). The scripts add times to the clock (1.8e12 ms now) and to each other (the fair
+#: lock's deadlines): 1e12 ms keeps every such sum exact and far inside all three bounds,
+#: and no lease, wait or timeout needs more than 30 years. "Never" is None (the watchdog,
+#: or no limit), not a huge number. lua/fragments/args.lua holds the same bound.
+MAX_SECONDS = 10**9
+MAX_MS = MAX_SECONDS * 1000
+#: The shortest watchdog_timeout: 0.01 s. Locks taken without a lease are renewed every
+#: third of it; a third under ~3 ms is below a round trip plus an event-loop tick on a busy
+#: host, so the lease would lapse between renewals. (And the lease may never round to 0
+#: ms: PEXPIRE 0 deletes the lock inside the acquire that took it.)
+MIN_WATCHDOG_SECONDS = 0.01
+#: Counts and permits are stored as Redis integers: int64 (INCRBY, DECRBY and DECR refuse
+#: anything beyond).
+MAX_COUNT = 2**63 - 1
+
 
 def _seconds(value: object, arg: str) -> float:
     if isinstance(value, timedelta):
-        return value.total_seconds()
+        seconds = value.total_seconds()
     # bool is an int, but `lease=True` is always a mistake.
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    elif isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
             f"{arg} must be a number of seconds or a timedelta, not {type(value).__name__}"
         )
-    seconds = float(value)
+    else:
+        seconds = float(value)
     if math.isnan(seconds) or math.isinf(seconds):
         raise ValueError(f"{arg} must be finite, got {value!r} (use None for no limit)")
+    if seconds > MAX_SECONDS:
+        raise ValueError(
+            f"{arg} must be at most {MAX_SECONDS} seconds (about 31 years), got {value!r}"
+            " (use None for no limit)"
+        )
     return seconds
 
 
@@ -62,13 +91,36 @@ def wait_seconds(value: object, arg: str = "wait") -> float | None:
 
 def _hash_tag_ok(name: str) -> bool:
     # Redis Cluster hashes by the content between the first "{" and the next "}", if that
-    # content is non-empty. Derived keys wrap the name in braces only when it has no "{",
-    # so a name with a "{" but no valid tag would scatter one lock's keys over two slots.
+    # content is non-empty. Derived keys wrap the name in braces only when it has no "{":
+    # a name with a "{" but no valid tag, or with a "}" but no "{" ("job}1" becomes
+    # "{job}1}", tag "job"), would scatter one lock's keys over two slots.
     start = name.find("{")
     if start < 0:
-        return True
+        return "}" not in name
     end = name.find("}", start + 1)
     return end > start + 1
+
+
+def _brace_fault(text: str) -> str:
+    brace = "'{' without a valid hash tag" if "{" in text else "'}' without a '{'"
+    return (
+        f"has a {brace}: its keys would land in different cluster slots (use a non-empty"
+        " '{tag}' or no braces)"
+    )
+
+
+def check_key_prefix(prefix: object) -> str:
+    """Validate ``key_prefix``: a ``str`` with no braces, or with a valid hash tag.
+
+    The rule is the name's (see ``check_name``), so prefix + name, the key, is valid for
+    every valid name: a prefix with a tag puts all keys in its slot; one without braces
+    leaves the name's tag, if any, in charge.
+    """
+    if not isinstance(prefix, str):
+        raise TypeError(f"key_prefix must be a str, not {type(prefix).__name__}")
+    if not _hash_tag_ok(prefix):
+        raise ValueError(f"key_prefix {prefix!r} {_brace_fault(prefix)}")
+    return prefix
 
 
 def check_name(name: object, what: str = "name") -> str:
@@ -78,19 +130,21 @@ def check_name(name: object, what: str = "name") -> str:
     if not name:
         raise ValueError(f"{what} must be a non-empty str")
     if not _hash_tag_ok(name):
-        raise ValueError(
-            f"{what} {name!r} has a '{{' without a valid hash tag: its keys would land in "
-            "different cluster slots (use a non-empty '{tag}' or no braces)"
-        )
+        raise ValueError(f"{what} {name!r} {_brace_fault(name)}")
     return name
 
 
 def check_count(value: object, what: str, *, minimum: int) -> int:
-    """Validate a number of permits or a count: an ``int`` (not a bool) >= ``minimum``."""
+    """Validate a number of permits or a count: an ``int`` (not a bool) >= ``minimum``.
+
+    At most ``MAX_COUNT``: the server stores it as an int64.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{what} must be an int, not {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{what} must be >= {minimum}, got {value}")
+    if value > MAX_COUNT:
+        raise ValueError(f"{what} must be at most 2**63 - 1 (a Redis integer), got {value}")
     return value
 
 
@@ -136,34 +190,47 @@ class ClientOptions:
         replica_ack_timeout: TimeArg = 1.0,
     ) -> ClientOptions:
         """Validate raw keyword options and return the frozen options."""
-        if not isinstance(key_prefix, str):
-            raise TypeError(f"key_prefix must be a str, not {type(key_prefix).__name__}")
+        check_key_prefix(key_prefix)
         if isinstance(retry_attempts, bool) or not isinstance(retry_attempts, int):
             raise TypeError(f"retry_attempts must be an int, not {type(retry_attempts).__name__}")
-        if retry_attempts < 0:
-            raise ValueError(f"retry_attempts must be >= 0, got {retry_attempts}")
+        if not 0 <= retry_attempts <= _MAX_RETRY_ATTEMPTS:
+            raise ValueError(
+                f"retry_attempts must be >= 0 and <= {_MAX_RETRY_ATTEMPTS}, got {retry_attempts}"
+            )
         if isinstance(replica_acks, bool) or not isinstance(replica_acks, int):
             raise TypeError(f"replica_acks must be an int, not {type(replica_acks).__name__}")
-        if replica_acks < 0:
-            raise ValueError(f"replica_acks must be >= 0, got {replica_acks}")
+        if not 0 <= replica_acks <= MAX_COUNT:
+            raise ValueError(f"replica_acks must be >= 0 and <= 2**63 - 1, got {replica_acks}")
+        watchdog = _positive(watchdog_timeout, "watchdog_timeout", MIN_WATCHDOG_SECONDS)
         return cls(
-            watchdog_timeout=_positive(watchdog_timeout, "watchdog_timeout"),
+            watchdog_timeout=watchdog,
             key_prefix=key_prefix,
             subscribe_timeout=_positive(subscribe_timeout, "subscribe_timeout"),
             retry_attempts=retry_attempts,
             retry_interval=_non_negative(retry_interval, "retry_interval"),
-            fair_lock_wait_timeout=_positive(fair_lock_wait_timeout, "fair_lock_wait_timeout"),
+            # Both are sent in ms (the fair lock's W, WAIT's timeout): never 0 ms.
+            fair_lock_wait_timeout=_positive(
+                fair_lock_wait_timeout, "fair_lock_wait_timeout", 0.001
+            ),
             replica_acks=replica_acks,
-            replica_ack_timeout=_positive(replica_ack_timeout, "replica_ack_timeout"),
+            replica_ack_timeout=_positive(replica_ack_timeout, "replica_ack_timeout", 0.001),
         )
 
 
-def _positive(value: object, arg: str) -> float:
+#: More tries than this only multiply the unlock latches' lifetime (see Client): a call
+#: is resent for as long as its latch lives, and the latch must stay a time the server
+#: can store.
+_MAX_RETRY_ATTEMPTS = 1000
+
+
+def _positive(value: object, arg: str, minimum: float = 0.0) -> float:
     if value is None:
         raise TypeError(f"{arg} must be a number of seconds, not None")
     seconds = _seconds(value, arg)
     if seconds <= 0:
         raise ValueError(f"{arg} must be > 0 seconds, got {value!r}")
+    if seconds < minimum:
+        raise ValueError(f"{arg} must be at least {minimum} seconds, got {value!r}")
     return seconds
 
 
@@ -206,3 +273,19 @@ class Settings:
     #: server waits for them.
     replica_acks: int = 0
     replica_ack_timeout: float = 1.0
+
+    def __post_init__(self) -> None:
+        # The times derived from the options and the connection's timeouts are sent as
+        # expiries: each must be one the server can store (see MAX_SECONDS), and never 0 ms.
+        for what, ms in (
+            ("the watchdog lease", self.lease_ms),
+            ("the unlock latches' lifetime", self.latch_ttl_ms),
+            ("the resend window", self.resend_window_ms),
+            ("the fair lock's wait", self.fair_wait_ms),
+        ):
+            if not 1 <= ms <= MAX_MS:
+                raise ValueError(
+                    f"{what} would be {ms} ms, outside 1 ms .. {MAX_SECONDS} s: lower"
+                    " watchdog_timeout, retry_attempts, retry_interval or the connection's"
+                    " socket timeouts"
+                )

@@ -6,7 +6,8 @@ string ``name`` holding the count (absent: zero, open), and the channel
 zero and ``1`` when a count is set. Where Redisson's waiters can hang, these cannot: every
 message makes them look at the count (Redisson's ``delete()`` publishes a ``1`` that wakes
 nobody), and every wait re-reads it at least every few seconds, so a lost message costs
-latency, never liveness.
+latency, never liveness. A ``0`` received is itself the opening: a waiter that gets it
+returns True even if the latch was set again before it could read the count.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ._config import TimeArg, check_count, wait_seconds
 from ._keys import latch_channel
 from ._primitive import Invocation, Waitable
 from ._scripts import load_script
+from ._waiting import SETTLES
 
 if TYPE_CHECKING:
     from ._config import Settings
@@ -48,8 +50,10 @@ class LatchState(Waitable):
         return self.chan
 
     def wake_count(self, data: bytes) -> int | None:
-        # "0" (opened) or "1" (set, or deleted by Redisson): either way, look again.
-        return None
+        # "0": the count reached zero, which is what every wait() waits for, even if the
+        # latch is set again before the waiter could look (Redisson's await() looks and
+        # misses it). "1" (set, or deleted by Redisson): look again.
+        return SETTLES if data == b"0" else None
 
     def try_set(self, count: int, latch: str) -> Invocation:
         s = self.settings

@@ -1088,6 +1088,7 @@ class Engine:
         room = self._waiting
         channel = w.channel("")
         room.enter(w.key, "")
+        settled = False
         try:
             while True:
                 remaining = None if deadline is None else deadline - loop.time()
@@ -1100,7 +1101,9 @@ class Engine:
                         leaving = True
                         try:
                             outcome = await attempt()
-                            if outcome.done:
+                            # A message that is itself what the wait waits for (a latch's
+                            # "0") settles it, whatever the attempt found since.
+                            if outcome.done or settled or waiter.settled:
                                 leaving = False
                                 return True
                             if outcome.spare:
@@ -1119,6 +1122,7 @@ class Engine:
                             await waiter.wait(bound)
                             self.check_open()
                             leaving = False
+                            settled = waiter.settled
                         finally:
                             # Leaving without what it waits for (deadline, cancel, close):
                             # a wake-up it was given goes on, as a lock waiter's does.

@@ -25,10 +25,6 @@ if TYPE_CHECKING:
 
 __all__ = ("FencedLock", "FencedLockPrimitive")
 
-# How long the token counter lives after the latest acquisition (Redisson's never expires;
-# lock_acquire.lua says why tokens still only grow once it has run out).
-_TOKEN_TTL_MS = 30 * 24 * 3600 * 1000
-
 
 class FencedLockPrimitive(LockPrimitive):
     """RLock's hash and channel, plus the token counter the acquire script advances."""
@@ -46,7 +42,7 @@ class FencedLockPrimitive(LockPrimitive):
         return Invocation(
             load_script(self.acquire_script),
             [self.key, tombstone, self.token_key],
-            [call.lease_ms, call.field, target, _TOKEN_TTL_MS],
+            [call.lease_ms, call.field, target],
         )
 
 

@@ -21,11 +21,15 @@ if TYPE_CHECKING:
     from ._handover import Offer
     from ._primitive import Call
 
-__all__ = ("Waiter", "WaitingRoom", "WakeCount", "wait_event")
+__all__ = ("SETTLES", "Waiter", "WaitingRoom", "WakeCount", "wait_event")
 
 #: How many exclusive waiters a message wakes (``None``: all of them). Every message also
 #: wakes every shared waiter: what lets one of them in lets them all in.
 WakeCount = Callable[[bytes], "int | None"]
+#: A wake count meaning: the message itself is what every waiter waits for (a latch's "0":
+#: the count reached zero). All wake, each marked ``settled``, so none of them misses it
+#: because the state changed again before it looked.
+SETTLES = -1
 
 
 class Waiter:
@@ -35,12 +39,14 @@ class Waiter:
     the message's count reaches it.
     """
 
-    __slots__ = ("event", "offer", "parked", "shared", "woken_by_message")
+    __slots__ = ("event", "offer", "parked", "settled", "shared", "woken_by_message")
 
     def __init__(self, *, shared: bool) -> None:
         self.event = asyncio.Event()
         self.shared = shared
         self.woken_by_message = False
+        #: A message that is itself what the wait waits for reached it (see SETTLES).
+        self.settled = False
         #: The call, while it is parked in wait() (and so may be offered a hand-over).
         self.parked: Call | None = None
         #: A hand-over offered to it (see _handover.py), until the waiter is gone.
@@ -81,11 +87,15 @@ class _Line:
         self.shared = 0
 
     def wake(self, count: int | None, *, shared: bool = True) -> int:
-        """Wake up to ``count`` exclusive waiters (None: all), oldest first.
+        """Wake up to ``count`` exclusive waiters (None or SETTLES: all), oldest first.
 
         Every shared waiter wakes too, unless ``shared=False``. Returns how many exclusive
         ones woke.
         """
+        if count == SETTLES:
+            for waiter in self.waiters:
+                waiter.settled = True
+            count = None
         # Shared waiters may sit anywhere in the order: then the whole line is walked.
         walk_all = shared and self.shared > 0
         woken = 0

@@ -13,7 +13,7 @@ from redis.asyncio import Redis
 import aiolock
 
 from .conftest import ClientFactory
-from .faultproxy import FaultProxy, script
+from .faultproxy import FaultProxy, command, script
 from .helpers import FAST, cancel_at, quiesce, wait_until
 
 LIMIT = 10.0
@@ -198,3 +198,37 @@ async def test_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str)
         if not cancelled:
             break
     assert cases >= 4
+
+
+async def test_wait_sees_a_zero_even_if_the_latch_is_set_again_at_once(
+    proxy: FaultProxy, raw: Redis, name: str
+) -> None:
+    """The "0" message means the count reached zero: a waiter that receives it returns True,
+    even if the latch was set again before it could read the count (issue 21, s04).
+
+    Deterministic: the waiter's look at the count after it registered is held in the proxy
+    while another client counts down to 0 and sets the count again; the held GET then
+    answers 5."""
+    client = aiolock.Client.from_url(proxy.url)
+    try:
+        latch = client.count_down_latch(name)
+        await raw.set(name, 1)
+        first = proxy.delay(0, command("GET", name))
+        waiter = asyncio.create_task(latch.wait(timeout=3))
+        async with asyncio.timeout(LIMIT):
+            await first.executed.wait()
+        first.remove()
+        held = proxy.delay(LIMIT, command("GET", name))
+        async with asyncio.timeout(LIMIT):
+            await held.received.wait()
+        # Registered, subscribed, and reading the count: the latch opens and is set again.
+        await raw.eval(_REDISSON_COUNT_DOWN, 2, name, channel(name))
+        await raw.set(name, 5)
+        await raw.publish(channel(name), "1")
+        held.remove()
+        async with asyncio.timeout(LIMIT):
+            assert await waiter is True
+        assert await latch.get_count() == 5
+    finally:
+        await client.aclose()
+        await raw.delete(name)

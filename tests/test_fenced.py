@@ -1,8 +1,9 @@
 """The fenced lock: Redisson's RFencedLock layout, and tokens that only ever grow.
 
 The lock methods are in the conformance suite; here is what the token adds: one per
-acquisition (re-entrant ones too), shared with Redisson's counter, never lower after the
-counter runs out, and an explicit lease honoured (Redisson ignores it).
+acquisition (re-entrant ones too), shared with Redisson's counter (never given an expiry,
+as Redisson's), never lower after the counter is deleted, and an explicit lease honoured
+(Redisson ignores it).
 """
 
 from __future__ import annotations
@@ -117,24 +118,26 @@ async def test_tokens_shared_with_a_redisson_client(
     await raw.delete(name)
 
 
-async def test_the_counter_expires_and_tokens_still_grow(
+async def test_the_counter_never_expires_and_tokens_still_grow(
     client: aiolock.Client, raw: Redis, name: str
 ) -> None:
-    """Unlike Redisson's (#6510), the counter does not stay forever: it lives 30 days past
-    the latest acquisition. One that ran out starts again above every earlier token."""
+    """The counter is Redisson's key, which Java clients INCR and never give a TTL: aiolock
+    sets none either (one would end the counter under them and restart their tokens at 1).
+    A counter that is gone (deleted by hand) starts again above every earlier token."""
     fenced = client.fenced_lock(name)
-    # A counter a Redisson client left (small, no TTL): continued, and given a TTL.
+    # A counter a Redisson client left (small, no TTL): continued, and left without a TTL.
     await raw.set(token_key(name), 41)
     assert await fenced.lock_and_get_token() == 42
     await fenced.unlock()
-    ttl = await raw.pttl(token_key(name))
-    assert 29 * 24 * 3600 * 1000 < ttl <= 30 * 24 * 3600 * 1000
-    # Run out: the next token comes from the server's clock (microseconds), so it is
-    # larger than any token a counter advanced one by one could have reached.
+    assert await raw.pttl(token_key(name)) == -1
+    # A fresh counter has no TTL either.
     await raw.delete(token_key(name))
     before_us = int(time.time() * 1_000_000)
     token = await fenced.lock_and_get_token()
     await fenced.unlock()
+    assert await raw.pttl(token_key(name)) == -1
+    # It came from the server's clock (microseconds), so it is larger than any token a
+    # counter advanced one by one could have reached.
     assert token > 42
     assert abs(token - before_us) < 60 * 1_000_000
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import sys
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from functools import partial
@@ -16,9 +17,11 @@ from typing import Any
 
 import pytest
 from redis.asyncio import Redis
+from redis.crc import key_slot
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
+from aiolock._keys import fenced_token_key, lock_channel, unlock_latch_key
 
 from .helpers import wait_until
 
@@ -37,6 +40,12 @@ BAD_LEASES = [
     pytest.param("1", TypeError, id="str"),
     pytest.param(True, TypeError, id="bool"),
     pytest.param([1], TypeError, id="list"),
+    # More than the server can store as an expiry (PEXPIRE overflows): refused, never
+    # half-written (issue 21, c01/s02).
+    pytest.param(sys.maxsize, ValueError, id="maxsize"),
+    pytest.param(1e17, ValueError, id="1e17"),
+    pytest.param(10**9 + 1, ValueError, id="past-the-cap"),
+    pytest.param(timedelta.max, ValueError, id="timedelta-max"),
 ]
 
 BAD_WAITS = [
@@ -48,6 +57,8 @@ BAD_WAITS = [
     pytest.param(timedelta(seconds=-1), ValueError, id="negative-timedelta"),
     pytest.param("1", TypeError, id="str"),
     pytest.param(True, TypeError, id="bool"),
+    pytest.param(sys.maxsize, ValueError, id="maxsize"),
+    pytest.param(1e300, ValueError, id="1e300"),
 ]
 
 
@@ -78,16 +89,17 @@ def test_name_empty(offline: aiolock.Client) -> None:
         offline.lock("")
 
 
-@pytest.mark.parametrize("bad", ["a{b", "{}x", "x{}", "{", "a}{b"])
+@pytest.mark.parametrize("bad", ["a{b", "{}x", "x{}", "{", "a}{b", "job}1", "}", "a}b"])
 def test_name_without_valid_hash_tag(offline: aiolock.Client, bad: str) -> None:
-    """A name with a '{' but no non-empty {tag} raises ValueError (its keys would split)."""
+    """A name with a '{' but no non-empty {tag}, or a '}' but no '{', raises ValueError (its
+    keys would split over two cluster slots: "job}1" becomes "{job}1}", tag "job")."""
     with pytest.raises(ValueError, match=re.escape(repr(bad))):
         offline.lock(bad)
 
 
-@pytest.mark.parametrize("good", ["{tag}x", "a{b}c", "x{a}", "a}b", "{a}{", "ünïcode", " "])
+@pytest.mark.parametrize("good", ["{tag}x", "a{b}c", "x{a}", "}a{b}", "{a}{", "ünïcode", " "])
 def test_names_accepted(offline: aiolock.Client, good: str) -> None:
-    """Names with a valid hash tag, or with no '{' at all, are accepted."""
+    """Names with a valid hash tag, or with no braces at all, are accepted."""
     assert offline.lock(good).name == good
 
 
@@ -196,6 +208,46 @@ async def test_timedelta_wait(client: aiolock.Client, name: str) -> None:
         pytest.param({"retry_interval": -1}, ValueError, "retry_interval", id="interval-neg"),
         pytest.param({"subscribe_timeout": 0}, ValueError, "subscribe_timeout", id="sub-0"),
         pytest.param({"key_prefix": b"svc:"}, TypeError, "key_prefix", id="prefix-bytes"),
+        # Every key would split over two cluster slots (issue 21, b07).
+        pytest.param({"key_prefix": "x{}"}, ValueError, "key_prefix", id="prefix-empty-tag"),
+        pytest.param({"key_prefix": "app{"}, ValueError, "key_prefix", id="prefix-open-brace"),
+        pytest.param({"key_prefix": "app}"}, ValueError, "key_prefix", id="prefix-close-brace"),
+        # The watchdog lease may not round to 0 ms, nor renewal every third of it be
+        # meaningless (issue 21, c07); nor any time exceed what the server stores (c01).
+        pytest.param(
+            {"watchdog_timeout": timedelta(microseconds=400)},
+            ValueError,
+            "watchdog_timeout",
+            id="watchdog-rounds-to-0",
+        ),
+        pytest.param(
+            {"watchdog_timeout": 0.009}, ValueError, "watchdog_timeout", id="watchdog-floor"
+        ),
+        pytest.param(
+            {"watchdog_timeout": sys.maxsize}, ValueError, "watchdog_timeout", id="watchdog-huge"
+        ),
+        pytest.param({"subscribe_timeout": 1e17}, ValueError, "subscribe_timeout", id="sub-huge"),
+        pytest.param({"retry_interval": 1e17}, ValueError, "retry_interval", id="interval-huge"),
+        pytest.param({"retry_attempts": 10**30}, ValueError, "retry_attempts", id="retries-huge"),
+        pytest.param(
+            {"fair_lock_wait_timeout": 0.0004},
+            ValueError,
+            "fair_lock_wait_timeout",
+            id="fair-wait-rounds-to-0",
+        ),
+        pytest.param(
+            {"fair_lock_wait_timeout": 1e17},
+            ValueError,
+            "fair_lock_wait_timeout",
+            id="fair-wait-huge",
+        ),
+        pytest.param({"replica_acks": 2**63}, ValueError, "replica_acks", id="acks-huge"),
+        pytest.param(
+            {"replica_acks": 1, "replica_ack_timeout": 0.0004},
+            ValueError,
+            "replica_ack_timeout",
+            id="ack-timeout-rounds-to-0",
+        ),
         pytest.param({"replica_acks": -1}, ValueError, "replica_acks", id="acks-neg"),
         pytest.param({"replica_acks": 1.0}, TypeError, "replica_acks", id="acks-float"),
         pytest.param({"replica_acks": True}, TypeError, "replica_acks", id="acks-bool"),
@@ -331,3 +383,37 @@ async def test_close_wakes_waiter(make_client: ClientFactory, name: str) -> None
                     await task
     finally:
         await holder.unlock()
+
+
+@pytest.mark.parametrize("prefix", ["", "svc:", "{svc}:", "}{svc}"])
+@pytest.mark.parametrize("name", ["job", "{tag}job", "job{x}"])
+def test_prefix_and_name_make_one_slot(prefix: str, name: str) -> None:
+    """Every accepted prefix with every accepted name makes a key whose derived keys hash
+    to the key's own slot (issue 21, c08/b07)."""
+    client = aiolock.Client.from_url(CLOSED_PORT_URL, key_prefix=prefix)
+    key = prefix + client.lock(name).name
+    slot = key_slot(key.encode())
+    for derived in (lock_channel(key), fenced_token_key(key), unlock_latch_key(key, "r")):
+        assert key_slot(derived.encode()) == slot, (key, derived)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        pytest.param(lambda c: c.semaphore("s").try_set_permits(2**63), id="try_set_permits"),
+        pytest.param(lambda c: c.semaphore("s").add_permits(2**63), id="add_permits"),
+        pytest.param(lambda c: c.semaphore("s").add_permits(-(2**63) - 1), id="add_permits-neg"),
+        pytest.param(lambda c: c.semaphore("s").release(2**64), id="release"),
+        pytest.param(lambda c: c.semaphore("s").try_acquire(2**63), id="try_acquire"),
+        pytest.param(
+            lambda c: c.permit_expirable_semaphore("p").try_set_permits(2**63),
+            id="psem-try_set_permits",
+        ),
+        pytest.param(lambda c: c.count_down_latch("l").try_set_count(2**63), id="latch"),
+    ],
+)
+async def test_counts_beyond_int64(offline: aiolock.Client, call: Any) -> None:
+    """A count or a number of permits Redis cannot store as an integer is refused before any
+    I/O, naming the argument (issue 21, s05)."""
+    with pytest.raises(ValueError, match=r"permits|count"):
+        await call(offline)

@@ -31,7 +31,9 @@
 --   is about to take it, or is dead and purged at its deadline) the head's deadline from
 --   now, capped by ARGV[7]. Redisson returns 0 there, and its waiters spin.
 
+--@include times
 --@include fair_purge
+check_ms(ARGV[1], ARGV[3])
 
 -- The common case first: a first hold (ARGV[5] is 1) on a free lock nobody queues for, for
 -- a call not rolled back. With the hash, the queue, the timeouts and the tombstone all

@@ -24,8 +24,10 @@
 -- a refused PUBLISH (ACL) then fails the script with nothing changed. Subscribers receive
 -- it after the script either way, and the state stored is the same as in the order above.
 
+--@include times
 --@include fair_purge
 --@include fair_leave_queue
+check_ms(ARGV[2])
 
 local function wake(head)
     redis.call(ARGV[5], KEYS[4] .. ':' .. head, ARGV[4])

@@ -30,8 +30,10 @@
 -- bookkeeping assumes after an error. Subscribers receive it after the script either
 -- way, and the state stored is the same as in Redisson's order.
 
+--@include times
 --@include fair_purge
 --@include latch
+check_ms(ARGV[2], ARGV[6])
 
 local function release()
     local expired, head = expired_waiters(tonumber(ARGV[4]))

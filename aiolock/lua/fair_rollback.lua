@@ -31,8 +31,10 @@
 -- tombstone. Subscribers receive the message after the script either way, and the state
 -- stored is the same as in the order above.
 
+--@include times
 --@include fair_purge
 --@include fair_leave_queue
+check_ms(ARGV[3], ARGV[4], ARGV[8])
 
 local now = tonumber(ARGV[5])
 local function tombstone()

@@ -31,11 +31,13 @@
 -- publishes, so that the readers at the head come in together. Anything purged (a lease
 -- ran out, a waiter gone) publishes too: someone may get in now.
 
+--@include times
 --@include clock
 --@include frw_settle
 --@include frw_purge
 --@include frw_hint
 --@include settled
+check_ms(ARGV[1], ARGV[5])
 
 local now = server_ms()
 

@@ -13,9 +13,11 @@
 -- now). When the lock frees, or turns from write to read, "1" is published: the waiters at
 -- the head may get in. A resend of the same call replays the first result from the latch.
 
+--@include times
 --@include clock
 --@include frw_settle
 --@include latch
+check_ms(ARGV[2], ARGV[4])
 
 local function release()
     local count = tonumber(redis.call('hget', KEYS[1], ARGV[1]))

@@ -8,8 +8,10 @@
 -- Returns one entry per hold: 1 if it is still there and its lease was renewed, 0 if it
 -- is gone (its lease ran out and was purged, or it was taken), so the caller marks it lost.
 
+--@include times
 --@include clock
 --@include renew
+check_ms(ARGV[1])
 
 local now = server_ms()
 local function renew(i)

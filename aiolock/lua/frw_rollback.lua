@@ -14,9 +14,11 @@
 -- the field leaves the queue (an entry of this holder's other waiting call is re-added by
 -- its next attempt) and "1" is published if that could let someone in.
 
+--@include times
 --@include clock
 --@include frw_settle
 --@include rollback
+check_ms(ARGV[3], ARGV[5])
 
 local function give_back(count)
     if count > 1 then

@@ -11,7 +11,9 @@
 -- again. A resend of the same call replays the latch key and counts nothing twice
 -- (Redisson's countDown is never resent, so a lost reply leaves the caller unsure).
 
+--@include times
 --@include latch
+check_ms(ARGV[2])
 
 local function count_down()
     local count = tonumber(redis.call('get', KEYS[1]))

@@ -12,7 +12,11 @@
 -- stays open, where Redisson would store a "0" that then refuses every later count. A
 -- resend of the same call replays the first answer.
 
+--@include times
+--@include counts
 --@include latch
+check_ms(ARGV[3])
+check_count(ARGV[1], false)
 
 local function try_set()
     if redis.call('exists', KEYS[1]) == 1 then

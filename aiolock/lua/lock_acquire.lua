@@ -7,7 +7,6 @@
 -- ARGV[1]  lease in ms
 -- ARGV[2]  holder id "<client uuid>:<n>"
 -- ARGV[3]  the count this holder has once this call succeeds (its local count + 1)
--- ARGV[4]  (fenced lock only) ms the token counter lives after the latest acquisition
 --
 -- Returns {1, count} when acquired (count = the holder's count after this call; a fenced
 -- lock adds its token: {1, count, token}), or {0, pttl} when another holder has it (pttl =
@@ -24,12 +23,15 @@
 -- ARGV[3] - 1, so a rollback that finds the target count knows this call took it. The
 -- stored state is exactly Redisson's; only the return value carries more.
 --
--- Redisson's token counter never expires (its issue #6510: millions of leftover keys).
--- This one lives ARGV[4] ms past the latest acquisition; one that ran out starts again
--- from the server's clock in microseconds, above every token it gave before, so tokens
--- only grow. Redisson INCRs whatever value it finds, and INCR keeps the TTL.
+-- The token counter never expires, as Redisson's (its issue #6510: leftover keys): Java
+-- clients INCR the same key and never refresh a TTL, so an expiry set here would end the
+-- counter under them and their next token would be 1. A counter that is absent (never
+-- used, or deleted by hand) starts from the server's clock in microseconds, above every
+-- token a counter deleted earlier gave, so tokens only grow.
 
+--@include times
 --@include settled
+check_ms(ARGV[1])
 
 -- The common case first: a first hold (ARGV[3] is 1) on a free lock, for a call not rolled
 -- back. One EXISTS over the hash and the tombstone answers all three, where the general
@@ -60,7 +62,6 @@ if KEYS[3] then
         redis.call('set', KEYS[3], now[1] .. string.format('%06d', tonumber(now[2])))
     end
     token = redis.call('incr', KEYS[3])
-    redis.call('pexpire', KEYS[3], ARGV[4])
 end
 local count = redis.call('hincrby', KEYS[1], ARGV[2], 1)
 redis.call('pexpire', KEYS[1], ARGV[1])

@@ -22,9 +22,11 @@
 -- the script with the hold still there, as the caller's bookkeeping assumes after an
 -- error. Subscribers receive it after the script either way.
 
+--@include times
 --@include latch
 --@include hold
 --@include notify
+check_ms(ARGV[2], ARGV[5], ARGV[7] or '1')
 
 local function free()
     local heir = ARGV[6]

@@ -9,7 +9,9 @@
 -- A key that now holds another type counts as gone (pcall): one such key must not fail
 -- the renewal of the other locks in its batch.
 
+--@include times
 --@include renew
+check_ms(ARGV[1])
 
 local function renew(i)
     if redis.pcall('hexists', KEYS[i], ARGV[i + 1]) ~= 1 then

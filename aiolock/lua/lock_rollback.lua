@@ -16,9 +16,11 @@
 -- message is published before anything is written, so that a refused PUBLISH changes
 -- nothing.
 
+--@include times
 --@include hold
 --@include rollback
 --@include notify
+check_ms(ARGV[3], ARGV[5])
 
 local function free()
     notify(ARGV[4], KEYS[2], '0')

@@ -18,9 +18,13 @@
 -- is the server's clock plus the lease (Redisson uses each client's clock); the ZSET gets
 -- the semaphore's TTL if it has one, as in Redisson.
 
+--@include times
 --@include permits
 --@include clock
 --@include reclaim
+if ARGV[1] ~= '-1' then
+    check_ms(ARGV[1])
+end
 
 local wanted = #ARGV - 3
 if redis.call('zscore', KEYS[2], ARGV[4]) then

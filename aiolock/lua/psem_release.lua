@@ -14,10 +14,12 @@
 -- the id holds no permit (unknown, released, or reclaimed after it ran out). A resend of
 -- the same call replays the first answer: a release that landed is not "unknown" later.
 
+--@include times
 --@include latch
 --@include permits
 --@include clock
 --@include reclaim
+check_ms(ARGV[4])
 
 local function release()
     local expiry = redis.call('zscore', KEYS[2], ARGV[1])
@@ -25,8 +27,9 @@ local function release()
         return 0
     end
     local now = server_ms()
-    redis.call('zrem', KEYS[2], ARGV[1])
+    -- The permit first: if it cannot be given (a count at int64's bound), nothing changed.
     give_permits(KEYS[1], KEYS[3], 1, ARGV[3])
+    redis.call('zrem', KEYS[2], ARGV[1])
     reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[3], now, -1)
     if expiry ~= ARGV[2] and tonumber(expiry) <= now then
         return 2

@@ -13,11 +13,20 @@
 -- tombstone is written either way, so that a copy of the attempt still on its way takes
 -- nothing.
 
+--@include times
 --@include permits
+check_ms(ARGV[2])
 
-local removed = redis.call('zrem', KEYS[2], unpack(ARGV, 3))
+-- The permits first: if they cannot be given (a count at int64's bound), nothing changed.
+local removed = 0
+for i = 3, #ARGV do
+    if redis.call('zscore', KEYS[2], ARGV[i]) then
+        removed = removed + 1
+    end
+end
 if removed > 0 then
     give_permits(KEYS[1], KEYS[3], removed, ARGV[1])
+    redis.call('zrem', KEYS[2], unpack(ARGV, 3))
 end
 redis.call('set', KEYS[4], 1, 'px', ARGV[2])
 return removed

@@ -22,8 +22,10 @@
 -- the field equals the target and nothing is taken twice. Only the reply carries more
 -- than Redisson's; the stored state is exactly Redisson's.
 
+--@include times
 --@include settled
 --@include rw_acquire
+check_ms(ARGV[1])
 
 local function take(mode)
     if mode == false then

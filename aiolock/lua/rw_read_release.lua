@@ -32,9 +32,11 @@
 -- caller's bookkeeping assumes after an error. Subscribers receive it after the script
 -- either way, and the state stored is the same as in Redisson's order.
 
+--@include times
 --@include latch
 --@include rw_unlock_mode
 --@include rw_read_unlock
+check_ms(ARGV[4])
 
 local function release()
     local mode = unlock_mode(ARGV[3], ARGV[1])

@@ -17,7 +17,9 @@
 -- lowered, so a longer explicit lease of another reader is not cut short. A key of
 -- another type counts as gone (pcall).
 
+--@include times
 --@include renew
+check_ms(ARGV[1])
 
 local function renew(i)
     local key = KEYS[2 * i - 1]

@@ -19,8 +19,10 @@
 -- Everything is decided before anything is written, and the message is published first,
 -- as in rw_read_release.lua: a refused PUBLISH then fails the script with nothing changed.
 
+--@include times
 --@include rw_read_unlock
 --@include rollback
+check_ms(ARGV[4])
 
 local function give_back(held)
     local mode = redis.call('hget', KEYS[1], 'mode')

@@ -16,8 +16,10 @@
 -- before calling). ARGV[3] makes a resend idempotent: a resend that finds the target count
 -- already there neither counts nor extends twice.
 
+--@include times
 --@include settled
 --@include rw_acquire
+check_ms(ARGV[1])
 
 local function take(mode, count)
     if mode == false then

@@ -21,10 +21,12 @@
 -- the script with the hold still there, as the caller's bookkeeping assumes after an
 -- error. Subscribers receive it after the script either way.
 
+--@include times
 --@include latch
 --@include hold
 --@include rw_unlock_mode
 --@include rw_write_unlock
+check_ms(ARGV[2], ARGV[5])
 
 local function free()
     return free_write(ARGV[3], ARGV[4], ARGV[1])

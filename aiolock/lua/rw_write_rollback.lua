@@ -16,9 +16,11 @@
 -- acquire that reaches the server later takes nothing. The message is published before
 -- anything is written, so that a refused PUBLISH changes nothing.
 
+--@include times
 --@include hold
 --@include rollback
 --@include rw_write_unlock
+check_ms(ARGV[3], ARGV[5])
 
 local function free()
     free_write(ARGV[1], ARGV[4], '1')

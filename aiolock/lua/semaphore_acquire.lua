@@ -12,6 +12,12 @@
 -- permits twice. Here a resend finds the receipt and answers 1 again without taking more,
 -- and a rollback (semaphore_rollback.lua) knows from it whether there is anything to
 -- give back. The semaphore's value is exactly Redisson's.
+
+--@include times
+--@include counts
+
+check_ms(ARGV[2])
+check_count(ARGV[1], false)
 local receipt = redis.call('get', KEYS[2])
 if receipt then
     if receipt == 'taken' then

@@ -14,8 +14,12 @@
 -- Redisson's addPermits rewrites the key with SET, which drops a TTL set by
 -- trySetPermits(n, ttl); INCRBY keeps it.
 
+--@include times
+--@include counts
 --@include latch
 --@include permits
+check_ms(ARGV[3])
+check_count(ARGV[1], true)
 
 local function add()
     give_permits(KEYS[1], KEYS[2], ARGV[1], ARGV[2])

@@ -12,7 +12,11 @@
 -- published, as a release does), 0 if it had not. The receipt becomes "void" either way,
 -- so that a copy of the attempt still on its way takes nothing, and a resend of this
 -- rollback gives nothing back twice.
+--@include times
+--@include counts
 --@include permits
+check_ms(ARGV[3])
+check_count(ARGV[1], false)
 
 local taken = redis.call('get', KEYS[3]) == 'taken'
 if taken then

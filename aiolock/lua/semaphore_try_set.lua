@@ -11,7 +11,11 @@
 -- 0 if it existed (nothing changes). A resend of the same call replays the first answer:
 -- without the latch, a resend of a call that set the permits would answer 0.
 
+--@include times
+--@include counts
 --@include latch
+check_ms(ARGV[3])
+check_count(ARGV[1], false)
 
 local function try_set()
     if redis.call('exists', KEYS[1]) == 1 then

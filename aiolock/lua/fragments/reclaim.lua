@@ -13,11 +13,12 @@ local function reclaim(semaphore, timeouts, channel, publish, now, limit)
     else
         expired = redis.call('zrangebyscore', timeouts, 0, now, 'limit', 0, limit)
     end
+    -- The permits first: if they cannot be given (a count at int64's bound), nothing changed.
+    if #expired > 0 then
+        give_permits(semaphore, channel, #expired, publish)
+    end
     -- In chunks: Lua's unpack() takes only so many values at once.
     for first = 1, #expired, 1000 do
         redis.call('zrem', timeouts, unpack(expired, first, math.min(first + 999, #expired)))
-    end
-    if #expired > 0 then
-        give_permits(semaphore, channel, #expired, publish)
     end
 end

@@ -255,7 +255,8 @@ class MultiLock(_Composite):
     deadlock); if one cannot be had within ``wait``, or the call is cancelled or fails, the
     members already taken are given back. With an explicit ``lease`` each member gets it;
     an acquisition that took longer than the lease (the first members may have expired) is
-    given back and tried again within ``wait``.
+    given back and tried again within ``wait``. A member's server that does not answer
+    holds the call no longer than the wait (plus 0.25 s) or the lease.
     """
 
     __slots__ = ()
@@ -270,8 +271,11 @@ class RedLock(_Composite):
     The Redlock algorithm: the calling task tries each member within the time left; the
     RedLock is held once a majority (n // 2 + 1) is, provided that, with an explicit lease,
     the time taken plus a clock-drift allowance (1 % of the lease + 2 ms) is shorter than
-    the lease. A member whose server fails counts as one not taken. Otherwise every member
-    taken is given back and, within ``wait``, it tries again. The members should be locks
+    the lease. A member whose server fails, or does not answer within its share of the time
+    left (of the wait and of the validity, split evenly among the members still to try;
+    1.5 s in the first round when neither bounds it), counts as one not taken: its call is
+    cancelled, and whatever it took is undone once the server answers. Otherwise every
+    member taken is given back and, within ``wait``, it tries again. The members should be locks
     of clients on independent servers (the same name on each); on one server a RedLock is
     just a slower lock.
     """

@@ -202,15 +202,15 @@ class RenewalService:
                 now = loop.time()
                 for task in [task for task in flying if task.done()]:
                     schedule.answered(flying.pop(task), ok=task.result(), now=now)
-                if not self._holds:
-                    continue
+                # With no hold left, this only moves the schedule on (holds tracked while a
+                # share is still in flight are due at the next period, as any).
                 shares = self._shares()
                 ticked, due = schedule.due(now, shares)
                 calls = 0
                 for server in due:
                     calls += self._count(shares[server])
                     flying[loop.create_task(self._renew_share(shares[server]))] = server
-                if ticked:
+                if ticked and shares:
                     self.rounds += 1
                     self.last_round_calls = calls
         finally:
@@ -263,6 +263,8 @@ class RenewalService:
         and a share stretched that way past the lease loses locks that are still held.
         """
         sent = [self._renew_kind(kind, batches) for kind, batches in by_kind.items()]
+        if len(sent) == 1:
+            return await sent[0]  # the usual case: one kind, no task for it
         return all(await asyncio.gather(*sent))
 
     async def _renew_kind(self, kind: str, batches: list[list[Hold]]) -> bool:

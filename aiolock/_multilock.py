@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
@@ -37,6 +38,44 @@ _DRIFT_FACTOR = 0.01
 _DRIFT_MS = 2
 # The longest pause between two rounds of taking the members (seconds).
 _RETRY_PAUSE = 0.05
+# The least time a member's call is given, whatever is left of the wait or the validity
+# (seconds): one round trip on a loaded machine, so that a member that answers is not cut
+# off for want of time, while a hung server costs no more than that.
+_MIN_CALL = 0.25
+# A RedLock member's call in the first round when neither a wait nor a lease bounds it.
+_UNBOUNDED_CALL = 1.5
+
+
+@dataclass(frozen=True, slots=True)
+class _Left:
+    """The time left while taking one member.
+
+    Of the wait and of the validity (None: no bound), and how many members are still to
+    try, this one included.
+    """
+
+    wait: float | None
+    valid: float | None
+    members: int
+
+
+async def _within(bound: float | None, call: Coroutine[Any, Any, bool]) -> bool:
+    """``call``'s result, or False if it is still under way after ``bound`` seconds.
+
+    Cut off, the member's call is cancelled: its engine undoes an acquire that landed
+    (now, or once the server answers again), as for any cancelled call. An outer cancel
+    still raises CancelledError.
+    """
+    if bound is None:
+        return await call
+    scope = asyncio.timeout(bound)
+    try:
+        async with scope:
+            return await call
+    except TimeoutError:
+        if scope.expired():
+            return False
+        raise
 
 
 class _Composite(Acquirable):
@@ -77,6 +116,7 @@ class _Composite(Acquirable):
     async def _acquire(self, wait: float | None, lease: float | None) -> bool:
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
+        budget = self._budget(lease)
         allowed = len(self._members) - self._quorum
         first = True
         while True:
@@ -84,9 +124,14 @@ class _Composite(Acquirable):
             taken: list[LockHandle] = []
             failed = 0
             try:
-                for member in self._members:
-                    remaining = None if deadline is None else max(0.0, deadline - loop.time())
-                    if await self._take(member, remaining, lease, first=first):
+                for index, member in enumerate(self._members):
+                    now = loop.time()
+                    time_left = _Left(
+                        wait=None if deadline is None else max(0.0, deadline - now),
+                        valid=None if budget is None else max(0.0, budget - (now - started)),
+                        members=len(self._members) - index,
+                    )
+                    if await self._take(member, time_left, lease, first=first):
                         taken.append(member)
                         continue
                     failed += 1
@@ -95,7 +140,7 @@ class _Composite(Acquirable):
             except BaseException:
                 await _give_back(taken)
                 raise
-            if len(taken) >= self._quorum and self._valid(lease, loop.time() - started):
+            if len(taken) >= self._quorum and self._valid(budget, loop.time() - started):
                 return True
             await _give_back(taken)
             first = False
@@ -110,17 +155,29 @@ class _Composite(Acquirable):
             await asyncio.sleep(pause)
 
     async def _take(
-        self, member: LockHandle, wait: float | None, lease: float | None, *, first: bool
+        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool
     ) -> bool:
-        """Take one member within ``wait``; a connection error is raised (see RedLock).
+        """Take one member in the time ``left``; a connection error is raised (see RedLock).
 
-        ``first``: in the first round of taking the members.
+        ``first``: in the first round of taking the members. The member waits for the lock
+        as long as the wait has left; its call as a whole, round trips included, ends
+        shortly after that or when the validity runs out (a hung server cannot hold the
+        MultiLock past either), and a call cut off counts as not taken.
         """
-        return await member.try_lock(wait=wait, lease=lease)
+        bound = None if left.wait is None else left.wait + _MIN_CALL
+        if left.valid is not None:
+            valid = max(left.valid, _MIN_CALL)
+            bound = valid if bound is None else min(bound, valid)
+        return await _within(bound, member.try_lock(wait=left.wait, lease=lease))
 
-    def _valid(self, lease: float | None, took: float) -> bool:
-        """Whether members taken over ``took`` seconds with ``lease`` are all still held."""
-        return lease is None or took < lease
+    def _budget(self, lease: float | None) -> float | None:
+        """How long taking the members may last with ``lease`` (None: any time)."""
+        return lease
+
+    @staticmethod
+    def _valid(budget: float | None, took: float) -> bool:
+        """Whether members taken over ``took`` seconds (of ``budget``) are all still held."""
+        return budget is None or took < budget
 
     # -- releasing ------------------------------------------------------------------------
 
@@ -198,7 +255,8 @@ class MultiLock(_Composite):
     deadlock); if one cannot be had within ``wait``, or the call is cancelled or fails, the
     members already taken are given back. With an explicit ``lease`` each member gets it;
     an acquisition that took longer than the lease (the first members may have expired) is
-    given back and tried again within ``wait``.
+    given back and tried again within ``wait``. A member's server that does not answer
+    holds the call no longer than the wait (plus 0.25 s) or the lease.
     """
 
     __slots__ = ()
@@ -213,8 +271,11 @@ class RedLock(_Composite):
     The Redlock algorithm: the calling task tries each member within the time left; the
     RedLock is held once a majority (n // 2 + 1) is, provided that, with an explicit lease,
     the time taken plus a clock-drift allowance (1 % of the lease + 2 ms) is shorter than
-    the lease. A member whose server fails counts as one not taken. Otherwise every member
-    taken is given back and, within ``wait``, it tries again. The members should be locks
+    the lease. A member whose server fails, or does not answer within its share of the time
+    left (of the wait and of the validity, split evenly among the members still to try;
+    1.5 s in the first round when neither bounds it), counts as one not taken: its call is
+    cancelled, and whatever it took is undone once the server answers. Otherwise every
+    member taken is given back and, within ``wait``, it tries again. The members should be locks
     of clients on independent servers (the same name on each); on one server a RedLock is
     just a slower lock.
     """
@@ -229,25 +290,36 @@ class RedLock(_Composite):
         return count // 2 + 1
 
     async def _take(
-        self, member: LockHandle, wait: float | None, lease: float | None, *, first: bool
+        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool
     ) -> bool:
-        # The first round waits for nobody: a majority free is taken at once, whoever
-        # holds the rest. Later rounds give each member an equal share of the time left,
-        # so that one busy or slow server does not eat the time the others need.
-        share = 0 if first else None if wait is None else wait / len(self._members)
+        # Each member gets an equal share of the time left (of the wait and of the
+        # validity, whichever is shorter), so that one busy, slow or hung server does not
+        # eat the time the others need: the Redlock algorithm's per-server timeout. The
+        # first round waits for nobody: a majority free is taken at once, whoever holds
+        # the rest; later rounds let each member wait for its lock for its share.
+        limits = [time / left.members for time in (left.wait, left.valid) if time is not None]
+        share = min(limits) if limits else None
+        if share is None:
+            # Neither a wait nor a lease: no time runs out, but a hung server must not
+            # hold up the first round for long (Redisson's RedLock allows 1.5 s a member).
+            wait, bound = (0.0, _UNBOUNDED_CALL) if first else (None, None)
+        else:
+            wait = 0.0 if first else share
+            # Beyond its own wait, a member's round trip gets the rest of its share, and
+            # at least the minimum any call needs.
+            bound = wait + max(share - wait, _MIN_CALL)
         try:
-            return await member.try_lock(wait=share, lease=lease)
+            return await _within(bound, member.try_lock(wait=wait, lease=lease))
         except (RedisError, OSError) as exc:
             # A server down is what a RedLock tolerates: the member is not taken. (Were
             # its acquire on its way when the connection failed, its client undoes it.)
             log.info("aiolock: RedLock %r: member %r failed: %r", self._name, member.name, exc)
             return False
 
-    def _valid(self, lease: float | None, took: float) -> bool:
+    def _budget(self, lease: float | None) -> float | None:
         if lease is None:
-            return True
-        drift = lease * _DRIFT_FACTOR + _DRIFT_MS / 1000
-        return took + drift < lease
+            return None
+        return lease - (lease * _DRIFT_FACTOR + _DRIFT_MS / 1000)
 
     def _to_release(self) -> list[LockHandle]:
         # A minority may never have been taken (a server down): those this client does not

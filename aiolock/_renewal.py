@@ -1,20 +1,27 @@
 """The watchdog: ONE task per client renews every watchdog-held lease in batches.
 
-Every ``watchdog_timeout / 3`` it sends one script call per batch of at most 100 holds of
-one kind: ``hash`` holds (a holder field in a hash: lock, fair lock, write lock) through
-``lock_renew.lua``, ``read`` holds (a read-write lock's reader) through ``rw_read_renew.lua``,
-which renews that holder's own per-hold timeout keys, and nobody else's, and judges each
-read hold alive by its own timeout key, not by the holder's field. A hold whose
-holder field is gone is reported lost (WARNING, then ``LockLostError`` at the holder's
-unlock); an error is logged and the next period tries again.
+Every ``watchdog_timeout / 3`` it sends each server its share: one script call per batch
+of at most 100 holds of one kind: ``hash`` holds (a holder field in a hash: lock, fair lock,
+write lock) through ``lock_renew.lua``, ``read`` holds (a read-write lock's reader) through
+``rw_read_renew.lua``, which renews that holder's own per-hold timeout keys, and nobody
+else's, and judges each read hold alive by its own timeout key, not by the holder's field
+(``frw`` holds, a fair read-write lock's, through ``frw_renew.lua``). A hold whose holder
+field is gone is reported lost (WARNING, then ``LockLostError`` at the holder's
+unlock); an error is logged and that server is tried again a quarter period later.
+
+Each server is renewed on its own time: a server that does not answer (frozen, cut off)
+delays only its own holds. Its share stays in flight until the connection gives up on it,
+and meanwhile it is sent no other, while the other servers' shares go out every period.
+Its holds are reported lost once it answers again and they are found gone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from asyncio import FIRST_COMPLETED
+from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from redis.exceptions import RedisError
 
@@ -23,6 +30,7 @@ from ._scripts import load_script
 if TYPE_CHECKING:
     from ._holds import Hold
     from ._scripts import Script, ScriptRunner
+    from ._transport import CommandTransport
 
 __all__ = ("BATCH_SIZE", "RenewalService")
 
@@ -30,6 +38,8 @@ log = logging.getLogger("aiolock")
 
 BATCH_SIZE = 100
 
+#: A server, as the connection its keys' commands go to (None: not located yet).
+Server: TypeAlias = "CommandTransport | None"
 KeysOf = Callable[[list["Hold"]], list[str]]
 ArgsOf = Callable[[list["Hold"]], list[str]]
 
@@ -77,6 +87,57 @@ _KINDS: dict[str, Callable[[], tuple[Script, KeysOf, ArgsOf]]] = {
 }
 
 
+class _Schedule:
+    """When each server's share is next due: plain state, the renewal task does the I/O.
+
+    Every server is due each period (``tick``); one whose share failed is due again a
+    quarter period after it was sent; one whose share is unanswered is not due at all
+    (another share would only queue behind it on the same connection).
+    """
+
+    __slots__ = ("_interval", "_retry", "_sent", "tick")
+
+    def __init__(self, interval: float, now: float) -> None:
+        self._interval = interval
+        self.tick = now + interval
+        # Servers whose last share failed, and when to send them another (none in flight).
+        self._retry: dict[Server, float] = {}
+        # Servers with a share in flight, and when it was sent.
+        self._sent: dict[Server, float] = {}
+
+    def wake(self) -> float:
+        """When the next share is due."""
+        return min([self.tick, *self._retry.values()])
+
+    def answered(self, server: Server, *, ok: bool, now: float) -> None:
+        """``server``'s share came back (``ok``: every call in it answered)."""
+        sent = self._sent.pop(server)
+        if not ok:
+            # Again well before the leases run out: a full period later, two failures in a
+            # row would already lose them.
+            self._retry[server] = max(now, sent + self._interval / 4)
+
+    def due(self, now: float, servers: Collection[Server]) -> tuple[bool, list[Server]]:
+        """Whether a period began, and which of ``servers`` (those with holds) to send now.
+
+        They count as sent from ``now`` on.
+        """
+        ticked = now >= self.tick
+        if ticked:
+            self.tick = max(self.tick + self._interval, now)
+        for server in [server for server in self._retry if server not in servers]:
+            del self._retry[server]  # none of its holds is left
+        due = [
+            server
+            for server in servers
+            if server not in self._sent and (ticked or self._retry.get(server, self.tick) <= now)
+        ]
+        for server in due:
+            self._retry.pop(server, None)
+            self._sent[server] = now
+        return ticked, due
+
+
 class RenewalService:
     """Renews the leases of tracked holds until they are untracked or found lost."""
 
@@ -101,9 +162,10 @@ class RenewalService:
         self._closed = False
         #: Renewal script calls sent so far (benchmarks and tests read it).
         self.calls = 0
-        #: Renewal rounds run so far: each renews every tracked hold once.
+        #: Renewal rounds run so far: each renews every tracked hold once (but those of a
+        #: server whose previous share is still unanswered).
         self.rounds = 0
-        #: Script calls the last finished round took.
+        #: Script calls the last round sent.
         self.last_round_calls = 0
 
     def __len__(self) -> int:
@@ -121,69 +183,114 @@ class RenewalService:
         self._holds.pop(hold, None)
 
     async def _run(self) -> None:
+        # One task schedules every server's share; each share in flight is a child task of
+        # this one (at most one per server, so a frozen server holds one task, not one per
+        # period), cancelled with it: aclose() stops them all by cancelling this task.
         loop = asyncio.get_running_loop()
-        due = loop.time() + self._interval
+        schedule = _Schedule(self._interval, loop.time())
+        flying: dict[asyncio.Task[bool], Server] = {}
         try:
-            while True:
+            while self._holds or flying:
                 # Sleep to an absolute time: the renewal's own duration must not stretch
-                # the period (10,000 locks take a noticeable fraction of it).
-                await asyncio.sleep(max(0.0, due - loop.time()))
-                if not self._holds:
-                    return
-                ok = await self.renew_once()
-                # After a failure, try again well before the leases run out: a full
-                # period later, two failures in a row would already lose them.
-                due += self._interval if ok else self._interval / 4
-                due = max(due, loop.time())
+                # the period (10,000 locks take a noticeable fraction of it). An answer
+                # wakes it too: a server that failed is tried again on its own time.
+                delay = max(0.0, schedule.wake() - loop.time())
+                if flying:
+                    await asyncio.wait(flying, timeout=delay, return_when=FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(delay)
+                now = loop.time()
+                for task in [task for task in flying if task.done()]:
+                    schedule.answered(flying.pop(task), ok=task.result(), now=now)
+                # With no hold left, this only moves the schedule on (holds tracked while a
+                # share is still in flight are due at the next period, as any).
+                shares = self._shares()
+                ticked, due = schedule.due(now, shares)
+                calls = 0
+                for server in due:
+                    calls += self._count(shares[server])
+                    flying[loop.create_task(self._renew_share(shares[server]))] = server
+                if ticked and shares:
+                    self.rounds += 1
+                    self.last_round_calls = calls
         finally:
             self._task = None
+            for task in flying:
+                task.cancel()
+            if flying:
+                # Their end is this task's: wait for it, whatever cancels this one.
+                await asyncio.wait(flying)
 
     async def renew_once(self) -> bool:
-        """Renew every tracked hold now, one script call per batch per kind; False on error.
+        """Renew every tracked hold now, one share per server, all at once; False on error.
 
-        The calls of one kind go out in one round trip: sent one by one, each would wait
-        for a free connection behind whatever burst of lock calls is queued, and a round
-        stretched that way past the lease loses locks that are still held.
+        Tests and benchmarks call it; the watchdog sends each server its share on that
+        server's own time (see ``_run``).
         """
-        all_sent = True
+        shares = self._shares().values()
         self.rounds += 1
-        calls_before = self.calls
-        # One script call renews holds of one kind in one shard (a cluster's slot: a script
-        # touches one slot only); all calls of a kind go out together, one write per server.
-        shard = self._runner.shard
-        by_kind: dict[str, dict[int, list[Hold]]] = {}
+        self.last_round_calls = sum(self._count(by_kind) for by_kind in shares)
+        return all(await asyncio.gather(*(self._renew_share(by_kind) for by_kind in shares)))
+
+    def _count(self, by_kind: dict[str, list[list[Hold]]]) -> int:
+        """The script calls of one share, counted as it is sent."""
+        calls = sum(len(batches) for batches in by_kind.values())
+        self.calls += calls
+        return calls
+
+    def _shares(self) -> dict[Server, dict[str, list[list[Hold]]]]:
+        """The tracked holds, per server, per kind, in batches of one shard each.
+
+        One script call renews holds of one kind in one shard (a cluster's slot: a script
+        touches one slot only).
+        """
+        runner = self._runner
+        by_shard: dict[tuple[str, int], list[Hold]] = {}
         for hold in self._holds:
-            by_kind.setdefault(hold.kind, {}).setdefault(shard(hold.key), []).append(hold)
-        for kind, shards in by_kind.items():
-            script, keys_of, args_of = _KINDS[kind]()
-            batches = [
-                holds[start : start + self._batch_size]
-                for holds in shards.values()
-                for start in range(0, len(holds), self._batch_size)
-            ]
-            calls: list[tuple[list[str], list[str | int]]] = [
-                (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
-            ]
-            self.calls += len(calls)
-            try:
-                replies = await self._runner.run_batch(script, calls)
-            except (RedisError, OSError) as exc:
-                replies = [exc] * len(calls)
-            for batch, reply in zip(batches, replies, strict=True):
-                if isinstance(reply, BaseException):
-                    log.warning(
-                        "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
-                        len(batch),
-                        reply,
-                        self._interval / 4,
-                    )
-                    all_sent = False
-                    continue
-                for hold, held in zip(batch, reply, strict=True):
-                    # An unlock in flight may already have deleted the key: not a loss.
-                    if not int(held) and hold in self._holds and not hold.releasing:
-                        self._on_lost(hold, "the watchdog found its hold gone")
-        self.last_round_calls = self.calls - calls_before
+            by_shard.setdefault((hold.kind, runner.shard(hold.key)), []).append(hold)
+        shares: dict[Server, dict[str, list[list[Hold]]]] = {}
+        size = self._batch_size
+        for (kind, _), holds in by_shard.items():
+            batches = shares.setdefault(runner.server(holds[0].key), {}).setdefault(kind, [])
+            batches.extend(holds[start : start + size] for start in range(0, len(holds), size))
+        return shares
+
+    async def _renew_share(self, by_kind: dict[str, list[list[Hold]]]) -> bool:
+        """Renew one server's holds: one script call per batch; False if any failed.
+
+        The calls of every kind go out together, in one round trip: sent one by one, each
+        would wait for a free connection behind whatever burst of lock calls is queued,
+        and a share stretched that way past the lease loses locks that are still held.
+        """
+        sent = [self._renew_kind(kind, batches) for kind, batches in by_kind.items()]
+        if len(sent) == 1:
+            return await sent[0]  # the usual case: one kind, no task for it
+        return all(await asyncio.gather(*sent))
+
+    async def _renew_kind(self, kind: str, batches: list[list[Hold]]) -> bool:
+        script, keys_of, args_of = _KINDS[kind]()
+        calls: list[tuple[list[str], list[str | int]]] = [
+            (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
+        ]
+        try:
+            replies = await self._runner.run_batch(script, calls)
+        except (RedisError, OSError) as exc:
+            replies = [exc] * len(calls)
+        all_sent = True
+        for batch, reply in zip(batches, replies, strict=True):
+            if isinstance(reply, BaseException):
+                log.warning(
+                    "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
+                    len(batch),
+                    reply,
+                    self._interval / 4,
+                )
+                all_sent = False
+                continue
+            for hold, held in zip(batch, reply, strict=True):
+                # An unlock in flight may already have deleted the key: not a loss.
+                if not int(held) and hold in self._holds and not hold.releasing:
+                    self._on_lost(hold, "the watchdog found its hold gone")
         return all_sent
 
     async def aclose(self) -> None:

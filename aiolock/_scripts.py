@@ -128,6 +128,10 @@ class ScriptRunner:
         """Keys of one shard may share a multi-key command (one cluster slot)."""
         return self._topology.shard(key)
 
+    def server(self, key: str) -> CommandTransport | None:
+        """The connection ``key``'s commands go to now; None until the layout is known."""
+        return self._route(key)
+
     async def run(self, script: Script, keys: list[str], args: Sequence[str | int | bytes]) -> Any:
         """Run ``script`` with ``keys``/``args``, retrying transient errors and redirects."""
         command = script.packed(keys, args)

@@ -304,3 +304,46 @@ async def test_a_members_lost_replies_count_once(
     assert drop.executed.is_set()
     await quiesce(proxied)
     assert await raw.exists(*(m.name for m in members)) == 0
+
+
+@pytest.fixture
+async def hung(proxy: FaultProxy, raw: Redis) -> AsyncIterator[aiolock.Client]:
+    """A client through the proxy with the defaults (no socket timeout given): while the
+    proxy is cut, its server is as a frozen one, and a call to it waits for a long time."""
+    client = aiolock.Client.from_url(proxy.url)
+    yield client
+    await client.aclose()
+
+
+@pytest.mark.parametrize(("kind", "taken"), [(aiolock.RedLock, True), (aiolock.MultiLock, False)])
+async def test_a_hung_member_costs_no_more_than_the_wait(
+    kind: Any,
+    taken: bool,
+    *,
+    proxy: FaultProxy,
+    hung: aiolock.Client,
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+) -> None:
+    """One member's server frozen (connected, never answering): try_lock(wait=1, lease=5)
+    returns within its bounds, a RedLock held on the other two, a MultiLock not held; the
+    frozen member's acquire, cut off, is undone once the server answers again (s06)."""
+    members = three(client, hung, name)
+    composite = kind(*members)
+    # Connected first: the freeze catches a live connection, not a connection attempt.
+    assert not await members[1].is_locked()
+    async with proxy.partition(mode="resume"):
+        # A generous bound that proves "bounded, not hung": the call used to wait for the
+        # frozen server until its connection gave up (30 s a try, by default).
+        async with asyncio.timeout(LIMIT / 2):
+            assert await composite.try_lock(wait=1, lease=5) is taken
+        assert await raw.exists(f"{name}:a", f"{name}:c") == (2 if taken else 0)
+        assert members[1].statistics().hold_count == 0
+        if taken:
+            await composite.unlock()
+    # The frozen acquire arrives now, late, and is undone after it.
+    await quiesce(hung)
+    assert await raw.exists(*(m.name for m in members)) == 0
+    assert await composite.try_lock(wait=LIMIT)
+    await composite.unlock()

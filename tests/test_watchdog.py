@@ -185,6 +185,7 @@ async def test_renewal_error_is_logged_and_retried(
 
     class FlakyRunner:
         shard = client._runner.shard
+        server = client._runner.server
 
         async def run_batch(self, script: Any, calls: list[Any]) -> list[Any]:
             nonlocal failures

@@ -1,0 +1,67 @@
+"""One node frozen while the others serve: nothing on the other nodes slows beyond its own
+bounds (issue 21, b01).
+
+The watchdog renews each server's holds on that server's own time: a cluster primary that
+stops answering (SIGSTOP) delays only its own holds' renewal, never the other primaries'.
+The RedLock and MultiLock side (a member's server frozen) is in ``test_multilock.py``; the
+systematic scenario, with figures, in ``faults/test_scenarios_frozen.py``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import aiolock
+
+from .clusters import names_on_every_primary
+from .freezing import frozen
+from .helpers import wait_until
+from .topologies import redis_cluster
+
+# Safety net only: every wait ends on an event or on Redis state.
+LIMIT = 20.0
+# The holder's watchdog: a 0.6 s lease renewed every 0.2 s.
+WATCHDOG = 0.6
+
+
+async def test_a_frozen_primary_delays_only_its_own_holds_renewal(uid: str) -> None:
+    """A cluster of three primaries without replicas (nothing fails over), each serving its
+    slots whatever the others' state; a lock held on each. One primary frozen for ten
+    renewal periods (more than three leases): the locks on the other two stay held and
+    renewed, a rival cannot take them; the frozen one's lease ran out meanwhile, and once
+    its primary answers again that lock is reported lost, as before."""
+    with redis_cluster(primaries=3, replicas=0) as own:
+        for node in own.nodes:
+            node.call("CONFIG", "SET", "cluster-require-full-coverage", "no")
+        names = names_on_every_primary(own, uid)
+        # Not the seed node: the tests read the slot map from it.
+        frozen_name = next(n for n in names if own.node_for_key(n).port != own.nodes[0].port)
+        healthy = [n for n in names if n != frozen_name]
+        victim = own.node_for_key(frozen_name)
+        holder = aiolock.Client.from_url(own.url, cluster=True, watchdog_timeout=WATCHDOG)
+        rival = aiolock.Client.from_url(own.url, cluster=True)
+        try:
+            locks = {n: holder.lock(n) for n in names}
+            for lock in locks.values():
+                await lock.lock()
+            for n in healthy:  # the rival knows every primary before the freeze
+                assert not await rival.lock(n).try_lock()
+            renewal = holder._renewal
+            with frozen(victim.pid):
+                rounds = renewal.rounds
+                # The renewal goes on every period for the primaries that answer.
+                await wait_until(
+                    lambda: renewal.rounds >= rounds + 10, limit=LIMIT, what="ten periods"
+                )
+                for n in healthy:
+                    assert not await rival.lock(n).try_lock(), f"{n} was lost while held"
+                    assert await locks[n].is_held_by_current_task()
+                assert len(renewal) == 3
+            await wait_until(lambda: len(renewal) == 2, limit=LIMIT, what="frozen hold reported")
+            with pytest.raises(aiolock.LockLostError):
+                await locks[frozen_name].unlock()
+            for n in healthy:
+                await locks[n].unlock()
+        finally:
+            await holder.aclose()
+            await rival.aclose()

@@ -518,6 +518,12 @@ class Dispatcher:
 
     # -- introspection for statistics and tests -----------------------------------------
 
+    @property
+    def peer(self) -> str | None:
+        """Where the open connection goes ("host:port"), None without one."""
+        wire = self._wire
+        return None if wire is None else wire.peer
+
     def channels(self) -> dict[str, int]:
         """Map each subscribed channel to its number of local references."""
         return {name: channel.refs for name, channel in self._channels.items()}

@@ -79,8 +79,11 @@ class SentinelWatch:
         query_timeout: float = QUERY_TIMEOUT,
     ) -> None:
         self._service = pool.service_name
+        self._manager = pool.sentinel_manager
+        # In redis-py's order at the start (redis-py reorders its own list as it goes).
+        self._redis_sentinels = list(self._manager.sentinels)
         self._sentinels: list[Callable[[], AbstractConnection]] = [
-            sentinel.connection_pool.make_connection for sentinel in pool.sentinel_manager.sentinels
+            sentinel.connection_pool.make_connection for sentinel in self._redis_sentinels
         ]
         self._on_switch = on_switch
         self._spawn = spawn
@@ -287,7 +290,17 @@ class SentinelWatch:
             primary,
             self._service,
         )
+        self._ask_first(self._redis_sentinels[self._poll_from])
         self._on_switch(primary)
+
+    def _ask_first(self, sentinel: Any) -> None:
+        # The reconnect asks redis-py's sentinels in their order, each with redis-py's
+        # timeouts and retries: a stalled one first costs seconds per connect. The one that
+        # just answered goes first, as redis-py itself reorders after a discovery.
+        order = self._manager.sentinels
+        if order and order[0] is not sentinel and sentinel in order:
+            index = order.index(sentinel)
+            order[0], order[index] = order[index], order[0]
 
     def _closed_now(self) -> bool:
         # A method, so the type checker does not carry an earlier check across an await.

@@ -172,7 +172,9 @@ class Client:
         else:
             pool = redis.connection_pool
             if isinstance(pool, SentinelConnectionPool):
-                self._sentinel = SentinelWatch(pool, self._switched, self._background.spawn)
+                self._sentinel = SentinelWatch(
+                    pool, self._switched, self._background.spawn, self._connected_to
+                )
             self._transport = CommandTransport(
                 make_connection,
                 deadline=deadline,
@@ -261,6 +263,11 @@ class Client:
         exc = RedisConnectionError(f"aiolock: the sentinels switched the primary to {primary}")
         self._transport.reset(exc)
         self._dispatcher.reset(exc)
+
+    def _connected_to(self) -> list[str]:
+        """Where the open connections go ("host:port"), for the Sentinel watch to compare."""
+        peers = (self._transport.peer, self._dispatcher.peer)
+        return [peer for peer in peers if peer is not None]
 
     # -- handles --------------------------------------------------------------------------
 

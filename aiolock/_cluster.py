@@ -16,11 +16,21 @@ to answer, or drops a subscription:
   the slot is served now.
 - A node that is no longer a primary is retired: its calls fail over to the new owner and
   its channels move.
+- **Polling**: none of the above happens when the client has no traffic to a node that
+  stopped answering (frozen, partitioned): its replica is promoted, and the client's
+  waiters stay subscribed where no release will ever be published. So, as Redisson scans
+  every second, the map is also read once a second from ONE node (``CLUSTER INFO`` and
+  ``CLUSTER SLOTS`` in one write, bounded by 0.5 s, then the next node is asked); a map
+  that differs is taken, unless that node's current epoch is older than one already seen
+  (a node that has not heard of a failover yet). Channels of slots that changed owner move
+  there and their waiters re-check. Waiters so follow a failover within ~1-2 s of the map
+  change, and the cost is one small read per second per client.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,11 +40,13 @@ from redis.exceptions import (
     ClusterDownError,
     MasterDownError,
     MovedError,
+    RedisError,
     ResponseError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ._exceptions import ClientClosedError
 from ._resp import pack
 from ._transport import CommandTransport
 
@@ -57,6 +69,11 @@ log = logging.getLogger("aiolock")
 
 _SLOTS = 16384
 _CLUSTER_SLOTS = pack("CLUSTER", "SLOTS")
+_CLUSTER_INFO = pack("CLUSTER", "INFO")
+# How often the map is read without a reason (Redisson's scanInterval), and how long one
+# node may take to answer before the next is asked (see the module's docstring).
+POLL_INTERVAL = 1.0
+QUERY_TIMEOUT = 0.5
 _PROBE = pack("PUBSUB", "SHARDNUMSUB")
 # Slots of keys seen, cached: CRC16 per call would cost more than the map lookup.
 _SLOT_CACHE = 65536
@@ -120,7 +137,21 @@ class Cluster:
         *,
         deadline: float,
         make_dispatcher: MakeDispatcher,
+        poll_interval: float = POLL_INTERVAL,
+        query_timeout: float = QUERY_TIMEOUT,
     ) -> None:
+        self._poll_interval = poll_interval
+        self._query_timeout = query_timeout
+        self._poller: asyncio.Task[None] | None = None
+        # The node polled first: the last one that answered.
+        self._poll_from: Address | None = None
+        # The highest cluster_current_epoch a polled node reported.
+        self._epoch = 0
+        # The last map taken, as (first, last, host, port) ranges; None once a MOVED
+        # patched a slot (the next poll then takes the node's map, whatever it is).
+        self._layout: tuple[tuple[int, int, str, int], ...] | None = None
+        #: Maps taken by polling that differed from the one held (tests read it).
+        self.polled_changes = 0
         self._seeds = seeds
         self._connector = connector
         self._deadline = deadline
@@ -165,6 +196,7 @@ class Cluster:
         if isinstance(exc, MovedError):
             # The slot lives there for good: every later call goes there at once.
             self._slots[exc.slot_id] = node
+            self._layout = None
             self._moved = (exc.slot_id, node.address)
             self.refresh_soon()
         return node.transport
@@ -272,10 +304,9 @@ class Cluster:
         self.refreshes += 1
         slots: list[_Node | None] = [None] * _SLOTS
         primaries: set[Address] = set()
-        for entry in reply:
-            start, end, primary = int(entry[0]), int(entry[1]), entry[2]
-            host = _text(primary[0]) or asked[0]
-            address = (host, int(primary[1]))
+        layout = _layout(reply, asked)
+        for start, end, host, port in layout:
+            address = (host, port)
             primaries.add(address)
             node = self._node(address)
             slots[start : end + 1] = [node] * (end - start + 1)
@@ -290,9 +321,74 @@ class Cluster:
             slot, address = later
             slots[slot] = self._node(address)
             primaries.add(address)
+            self._layout = None
+        else:
+            self._layout = layout
         self._slots = slots
         for address in [address for address in self._nodes if address not in primaries]:
             self._retire(self._nodes.pop(address))
+        for node in self._nodes.values():
+            if node.dispatcher is not None:
+                # Channels of slots that changed owner: their old owner may never say so
+                # (frozen, or it pushed sunsubscribe while unreachable). Their waiters wake
+                # and re-check, and subscribe where the slot is now.
+                node.dispatcher.let_go(self._elsewhere(slots, node))
+        if self._poller is None and not self.closed:
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+
+    def _elsewhere(self, slots: list[_Node | None], node: _Node) -> Callable[[str], bool]:
+        def elsewhere(channel: str) -> bool:
+            return slots[self.shard(channel)] is not node
+
+        return elsewhere
+
+    # -- polling: the map read without a reason ------------------------------------------------
+
+    async def _poll(self) -> None:
+        while not self.closed:
+            await asyncio.sleep(self._poll_interval)
+            if self._refreshing is not None or self._moved is not None:
+                continue  # a read is under way, or due: it is the news
+            with contextlib.suppress(RedisError, OSError, ClientClosedError):
+                await self.poll_once()
+
+    async def poll_once(self) -> bool:
+        """Read the map from one node (the next if it does not answer in time).
+
+        It is taken if it differs and is not older than one seen; returns whether it was.
+        """
+        candidates = list(self._nodes) or list(self._seeds)
+        first = self._poll_from
+        if first in candidates:
+            candidates.remove(first)
+            candidates.insert(0, first)
+        for address in candidates:
+            node = self._nodes.get(address)
+            transport = node.transport if node is not None else self._node(address).transport
+            try:
+                async with asyncio.timeout(self._query_timeout):
+                    info, reply = await transport.call_many([_CLUSTER_INFO, _CLUSTER_SLOTS])
+            except (RedisError, OSError, TimeoutError, ClientClosedError) as exc:
+                log.debug("aiolock: polling the slot map of %s failed: %r", _name(address), exc)
+                continue
+            if isinstance(info, Exception) or isinstance(reply, Exception):
+                continue
+            if self.closed or self._refreshing is not None or self._moved is not None:
+                return False
+            self._poll_from = address
+            epoch = _current_epoch(info)
+            if epoch < self._epoch:
+                # This node has not heard of a change the cluster made (a failover it
+                # missed while frozen): its map is older than one already taken.
+                return False
+            self._epoch = epoch
+            if _layout(reply, address) == self._layout:
+                return False
+            self.polled_changes += 1
+            log.info("aiolock: the cluster's slot map changed (read from %s)", _name(address))
+            self._apply(reply, address)
+            return True
+        return False
 
     def _retire(self, node: _Node) -> None:
         """``node`` serves no slot now: its calls and its channels go elsewhere."""
@@ -304,10 +400,10 @@ class Cluster:
     async def aclose(self) -> None:
         """Close every connection (the client closes the dispatchers first)."""
         self.closed = True
-        task = self._refreshing
-        if task is not None:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        for task in (self._refreshing, self._poller):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
         if self._retiring:
             await asyncio.gather(*self._retiring, return_exceptions=True)
         nodes, self._nodes = list(self._nodes.values()), {}
@@ -406,6 +502,24 @@ async def _agreed(
     raise RedisConnectionError(
         "aiolock: no cluster node answered CLUSTER SLOTS (" + "; ".join(errors) + ")"
     )
+
+
+def _layout(reply: Any, asked: Address) -> tuple[tuple[int, int, str, int], ...]:
+    """A CLUSTER SLOTS reply (from ``asked``) as sorted (first, last, host, port) ranges."""
+    ranges = []
+    for entry in reply:
+        primary = entry[2]
+        host = _text(primary[0]) or asked[0]
+        ranges.append((int(entry[0]), int(entry[1]), host, int(primary[1])))
+    return tuple(sorted(ranges))
+
+
+def _current_epoch(info: Any) -> int:
+    """``cluster_current_epoch`` of a CLUSTER INFO reply (0 if absent)."""
+    for line in _text(info).splitlines():
+        if line.startswith("cluster_current_epoch:"):
+            return int(line.split(":", 1)[1])
+    return 0
 
 
 def _serves(reply: Any, slot: int, address: Address, asked: Address) -> bool:

@@ -483,6 +483,14 @@ class Dispatcher:
         if moved:
             self._on_change()
 
+    def let_go(self, which: Callable[[str], bool]) -> None:
+        """Let go of the channels whose names ``which`` picks, as of dropped ones.
+
+        They are served elsewhere now: the cluster's slot map says so, their server did not.
+        """
+        if any(which(name) for name in self._channels):
+            self._moved(lambda channel: which(channel.name))
+
     async def retire(self) -> None:
         """Close for good once the server serves no slot: every channel moves elsewhere."""
         self._retired = True
@@ -517,6 +525,12 @@ class Dispatcher:
         return self.closed
 
     # -- introspection for statistics and tests -----------------------------------------
+
+    @property
+    def peer(self) -> str | None:
+        """Where the open connection goes ("host:port"), None without one."""
+        wire = self._wire
+        return None if wire is None else wire.peer
 
     def channels(self) -> dict[str, int]:
         """Map each subscribed channel to its number of local references."""

@@ -358,6 +358,12 @@ class CommandTransport:
         return ClientClosedError()
 
     @property
+    def peer(self) -> str | None:
+        """Where the open connection goes ("host:port"), None without one."""
+        wire = self._wire
+        return None if wire is None else wire.peer
+
+    @property
     def in_flight(self) -> int:
         """Commands sent or queued whose replies have not come yet."""
         return len(self._sinks)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 import aiolock
+from aiolock._cluster import Cluster
 
 from .clusters import assert_nothing_left, names_on_every_primary, node_redis
 from .helpers import wait_until
@@ -328,5 +332,58 @@ async def test_a_slot_served_by_no_primary_for_a_while_is_waited_out(uid: str) -
                 await lock.unlock()
                 await parked
         finally:
+            await holder.aclose()
+            await waiting.aclose()
+
+
+async def test_waiters_on_a_frozen_primary_follow_its_replica_by_polling(uid: str) -> None:
+    """A primary frozen (SIGSTOP, a cluster of its own) under a held lock and a parked
+    waiter: its replica is promoted, and nothing the clients do would tell them (the waiter
+    has no traffic; its SSUBSCRIBE sits on the frozen node). Both read the slot map by
+    themselves: the holder's unlock goes to the new primary, and the waiter, moved there,
+    is served. Before, the waiter was served ~17 s late (pub/sub keepalive or lease)."""
+    with redis_cluster() as own:
+        holder = aiolock.Client.from_url(own.url, cluster=True)
+        waiting = aiolock.Client.from_url(own.url, cluster=True)
+        victim = None
+        try:
+            name = f"test:{uid}"
+            lock = holder.lock(name, owner="h")
+            await lock.lock()
+            waiter = asyncio.create_task(_hold_once(waiting.lock(name)))
+            await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 1)
+            victim = own.node_for_key(name)
+            replica = own.replicas_of(victim)[0]
+            assert victim.pid is not None
+            os.kill(victim.pid, signal.SIGSTOP)
+            # Promoted after cluster-node-timeout (2 s) and the vote.
+            await wait_until(
+                lambda: asyncio.to_thread(lambda: replica.call("ROLE")[0] == "master"),
+                limit=LIMIT,
+                what="the replica promoted",
+            )
+            promoted = time.monotonic()
+            port = replica.port
+
+            # Bounded, not hung: a poll each second, a frozen node skipped after 0.5 s.
+            def routed_to_replica(client: aiolock.Client) -> bool:
+                topology = client._topology
+                assert isinstance(topology, Cluster)
+                node = topology._slots[topology.shard(name)]
+                return node is not None and node.address[1] == port
+
+            await wait_until(
+                lambda: routed_to_replica(holder),
+                limit=5.0,
+                what="the holder's map names the promoted replica",
+            )
+            await lock.unlock()
+            async with asyncio.timeout(5.0):
+                await waiter
+            assert time.monotonic() - promoted < 5.0 + 5.0
+            assert routed_to_replica(waiting)
+        finally:
+            if victim is not None and victim.pid is not None:
+                os.kill(victim.pid, signal.SIGCONT)
             await holder.aclose()
             await waiting.aclose()

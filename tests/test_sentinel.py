@@ -7,6 +7,9 @@ sentinels.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -16,6 +19,7 @@ from redis.asyncio.sentinel import Sentinel
 
 import aiolock
 
+from .faultproxy import FaultProxy
 from .helpers import wait_until
 from .topologies import SentinelHandle, redis_sentinel
 
@@ -42,8 +46,8 @@ async def make_client(group: SentinelHandle, sentinel: Sentinel, uid: str) -> As
     """Clients over ``master_for``; all closed, then nothing of the test may remain."""
     made: list[tuple[aiolock.Client, Redis]] = []
 
-    def make(**options: Any) -> aiolock.Client:
-        redis = sentinel.master_for(group.master_name)
+    def make(*, via: Sentinel = sentinel, **options: Any) -> aiolock.Client:
+        redis = via.master_for(group.master_name)
         client = aiolock.Client(redis, **options)
         made.append((client, redis))
         return client
@@ -80,42 +84,120 @@ async def _hold_once(handle: aiolock.Lock) -> None:
         pass
 
 
+@contextlib.asynccontextmanager
+async def _sentinels_without_events(
+    group: SentinelHandle, user: str
+) -> AsyncIterator[tuple[Sentinel, Sentinel, FaultProxy]]:
+    """Two ways a client never hears ``+switch-master``: a Sentinel whose one sentinel sits
+    behind a fault proxy (whose pub/sub deliveries the test swallows), and one whose user
+    may not subscribe to any channel (an ACL, as Redis 7's default for new users)."""
+    for node in group.sentinels:
+        node.call("ACL", "SETUSER", user, "on", ">pw", "+@all", "resetchannels")
+    host, port = group.sentinel_addresses[0]
+    refused = Sentinel(  # type: ignore[no-untyped-call]
+        group.sentinel_addresses,
+        socket_timeout=5,
+        sentinel_kwargs={"username": user, "password": "pw"},
+    )
+    try:
+        async with FaultProxy(host, port) as proxy:
+            proxied = Sentinel([(host, proxy.port)], socket_timeout=5)  # type: ignore[no-untyped-call]
+            try:
+                yield proxied, refused, proxy
+            finally:
+                for redis in proxied.sentinels:
+                    await redis.aclose()
+    finally:
+        for redis in refused.sentinels:
+            await redis.aclose()
+        for node in group.sentinels:
+            node.call("ACL", "DELUSER", user)
+
+
 async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
-    group: SentinelHandle, sentinel: Sentinel, make_client: Any, name: str
+    group: SentinelHandle,
+    sentinel: Sentinel,
+    make_client: Any,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """SENTINEL FAILOVER under a held lock and parked waiters: the client hears the switch,
-    renews on the new primary, and its waiters (subscribed there anew) are served."""
+    renews on the new primary, and its waiters (subscribed there anew) are served.
+
+    Events that never arrive: a client whose sentinel delivers nothing on its pub/sub
+    connection (a fault proxy swallows it), and one whose sentinels refuse the subscription
+    (an ACL), follow the switch all the same, commands and pub/sub, by asking the sentinels;
+    their parked waiters are served; the refusal is logged naming the sentinel."""
+    caplog.set_level(logging.INFO, logger="aiolock")
     # A lease long enough to outlast the switch: the old primary's renewals stop reaching
     # the replica once it is promoted, and the client moves when the sentinels announce it.
     holder, waiting = make_client(watchdog_timeout=4), make_client()
     lock = holder.lock(name, owner="h")
     await lock.lock()
-    served: list[int] = []
+    served: list[int | str] = []
 
-    async def wait_for(index: int) -> None:
-        async with waiting.lock(name).acquired(wait=LIMIT):
+    async def wait_for(client: aiolock.Client, index: int | str) -> None:
+        async with client.lock(name).acquired(wait=LIMIT):
             served.append(index)
 
-    tasks = [asyncio.create_task(wait_for(index)) for index in range(3)]
+    tasks = [asyncio.create_task(wait_for(waiting, index)) for index in range(3)]
     await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 3)
     assert holder._sentinel is not None
     assert waiting._sentinel is not None
     await wait_until(holder._sentinel.listening.is_set, what="watching")
     await wait_until(waiting._sentinel.listening.is_set, what="watching")
-    new = await asyncio.to_thread(group.failover)
-    await wait_until(
-        lambda: holder._sentinel.switches == waiting._sentinel.switches == 1,
-        limit=LIMIT,
-        what="both clients heard the switch",
-    )
-    rounds = holder._renewal.rounds
-    await wait_until(lambda: holder._renewal.rounds >= rounds + 2, limit=LIMIT, what="renewals")
-    async with Redis(host="127.0.0.1", port=new.port, decode_responses=True) as primary:
-        assert await primary.hget(name, f"{holder.id}:owner:h") == "1"
-        assert await primary.pttl(name) > 0
-    await lock.unlock()
-    async with asyncio.timeout(LIMIT):
-        await asyncio.gather(*tasks)
-    assert sorted(served) == [0, 1, 2]
+    async with _sentinels_without_events(group, f"aiolock-{name}") as (proxied, refused, proxy):
+        deaf, denied = make_client(via=proxied), make_client(via=refused)
+        tasks += [asyncio.create_task(wait_for(deaf, "deaf"))]
+        tasks += [asyncio.create_task(wait_for(denied, "denied"))]
+        await wait_until(
+            lambda: (
+                deaf.lock(name).statistics().tasks_waiting
+                == denied.lock(name).statistics().tasks_waiting
+                == 1
+            )
+        )
+        assert deaf._sentinel is not None
+        assert denied._sentinel is not None
+        await wait_until(deaf._sentinel.listening.is_set, what="watching")
+        await wait_until(
+            lambda: any("refused the +switch-master" in r.getMessage() for r in caplog.records),
+            what="the refusal logged",
+        )
+        refusal = next(r for r in caplog.records if "refused the +switch" in r.getMessage())
+        assert refusal.levelno == logging.WARNING
+        assert any(f":{node.port} " in refusal.getMessage() for node in group.sentinels)
+        assert not denied._sentinel.listening.is_set()
+        hole = proxy.blackhole_pubsub()
+        new = await asyncio.to_thread(group.failover)
+        # Bounded, not hung: a poll each second, each sentinel bounded by 0.5 s (before
+        # polling they stayed on the old primary until it was demoted, ~10 s, or for good).
+        switched = time.monotonic()
+        await wait_until(
+            lambda: all(
+                client._connected_to() == [f"127.0.0.1:{new.port}"] * 2 for client in (deaf, denied)
+            ),
+            limit=5.0,
+            what="both connections of the clients that missed the event on the new primary",
+        )
+        assert time.monotonic() - switched < 5.0
+        assert deaf._sentinel.switches == deaf._sentinel.polled_switches == 1
+        assert denied._sentinel.switches == denied._sentinel.polled_switches == 1
+        hole.remove()
+        await wait_until(
+            lambda: holder._sentinel.switches == waiting._sentinel.switches == 1,
+            limit=LIMIT,
+            what="both clients heard the switch",
+        )
+        rounds = holder._renewal.rounds
+        await wait_until(lambda: holder._renewal.rounds >= rounds + 2, limit=LIMIT, what="renewals")
+        async with Redis(host="127.0.0.1", port=new.port, decode_responses=True) as primary:
+            assert await primary.hget(name, f"{holder.id}:owner:h") == "1"
+            assert await primary.pttl(name) > 0
+        await lock.unlock()
+        async with asyncio.timeout(LIMIT):
+            await asyncio.gather(*tasks)
+        await deaf.aclose()
+    assert sorted(served, key=str) == [0, 1, 2, "deaf", "denied"]
     assert holder._transport._wire is not None
     assert holder._transport._wire.peer.endswith(f":{new.port}")

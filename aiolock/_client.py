@@ -12,6 +12,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ._affinity import Affinity
 from ._background import Background
 from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
 from ._config import ClientOptions, Settings, TimeArg
@@ -135,6 +136,7 @@ class Client:
         )
         # The services, each in the module named for it; the engine is the handles' only
         # way to them.
+        self._affinity = Affinity()
         self._background = Background()
         self._waiting = WaitingRoom()
         deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
@@ -210,6 +212,7 @@ class Client:
             dispatcher=self._pubsub,
             background=self._background,
             latches=self._latches,
+            affinity=self._affinity,
         )
 
     @classmethod
@@ -356,7 +359,13 @@ class Client:
     def __del__(self, _warn: Any = warnings.warn) -> None:
         # getattr: __init__ may have raised before the engine existed.
         engine = getattr(self, "_engine", None)
-        if engine is not None and engine.started and not engine.closed:
+        if (
+            engine is not None
+            and engine.started
+            and not engine.closed
+            # A forked child's copy: the parent closes the client, not the child.
+            and not self._affinity.foreign
+        ):
             _warn(
                 f"aiolock client {self.id} was never closed: call aclose()",
                 ResourceWarning,

@@ -12,8 +12,10 @@ A client's connections are sockets of one process, read and written by one event
   first loop's futures or sockets: a call from it raises ``RuntimeError`` before anything
   is sent, rather than sending the acquire and failing once the server has taken the lock.
 
-Forks are counted with ``os.register_at_fork``: the check on every call compares two
-integers (``os.getpid()`` is a system call, ~190 ns, on glibc since 2.25).
+Forks are counted with ``os.register_at_fork``, so the process check compares two
+integers (``os.getpid()`` is a system call, ~190 ns, on glibc since 2.25). The whole check
+costs ~0.25 us a call on Python 3.11 (whose ``_get_running_loop`` itself calls getpid) and
+less from 3.12 on: not measurable on a lock+unlock pair (~125 us against a local server).
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import uuid
 import warnings
@@ -12,7 +13,9 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ._affinity import Affinity
 from ._background import Background
+from ._cancel import cancel_mark, cancelled_since
 from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
 from ._config import ClientOptions, Settings, TimeArg
 from ._count_down_latch import CountDownLatch
@@ -38,7 +41,7 @@ from ._transport import CommandTransport
 from ._waiting import WaitingRoom
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Awaitable, Callable
     from types import TracebackType
 
     from redis.asyncio.connection import AbstractConnection
@@ -135,6 +138,9 @@ class Client:
         )
         # The services, each in the module named for it; the engine is the handles' only
         # way to them.
+        self._affinity = Affinity()
+        # What aclose() has left to do: None before it is first called.
+        self._closing: list[tuple[bool, Callable[[], Awaitable[None] | None]]] | None = None
         self._background = Background()
         self._waiting = WaitingRoom()
         deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
@@ -212,6 +218,7 @@ class Client:
             dispatcher=self._pubsub,
             background=self._background,
             latches=self._latches,
+            affinity=self._affinity,
         )
 
     @classmethod
@@ -331,24 +338,64 @@ class Client:
 
         Locks still held are not released (they expire with their lease); each is logged
         at WARNING. Releases and rollbacks already under way are allowed to finish.
+
+        Every step runs whatever the calling task's cancel state (a task that once caught
+        a CancelledError, or ran a TaskGroup whose child failed on Python 3.11/3.12, still
+        counts a cancel request): only a cancel that arrives during aclose() raises
+        CancelledError, and even then every task and connection is closed first; only the
+        waits for calls and releases under way are cut short. An aclose() stopped halfway
+        by another exception is finished by the next one.
         """
-        engine = self._engine
-        if engine.closed:
-            return
-        engine.close()
-        await self._renewal.aclose()
-        if self._sentinel is not None:
-            await self._sentinel.aclose()
-        self._waiting.close()
-        # Every waiter wakes and raises ClientClosedError; a call whose script is in
-        # flight undoes a hold it gets (see Engine._attempt). Both end before the
-        # connections close, and so do releases and rollbacks already under way.
-        await self._pubsub.aclose()
-        await self._background.calls_ended()
-        await self._order.drained()
-        await self._background.drain()
-        await self._latches.flush()
-        await self._topology.aclose()
+        # In a forked child, or from another loop, nothing here is this caller's to close.
+        self._affinity.check()
+        if self._closing is None:
+            self._engine.close()
+            self._closing = self._close_steps()
+        steps = self._closing
+        mark = cancel_mark()
+        failure: Exception | None = None
+        while steps:
+            waits, step = steps[0]
+            if waits and cancelled_since(mark):
+                # Cancelled: close at once; what is still under way fails with
+                # ClientClosedError as the connections close.
+                del steps[0]
+                continue
+            try:
+                pending = step()
+                if pending is not None:
+                    await pending
+            except asyncio.CancelledError:
+                pass  # judged by the mark below: a step must not end the closing
+            except Exception as exc:
+                log.exception("aiolock: closing the client failed at one step")
+                failure = failure or exc
+            del steps[0]
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        if failure is not None:
+            raise failure
+
+    def _close_steps(self) -> list[tuple[bool, Callable[[], Awaitable[None] | None]]]:
+        """aclose()'s steps in order, each with whether it only waits (cut short by a cancel)."""
+        return [
+            (False, self._renewal.aclose),
+            (False, self._sentinel.aclose if self._sentinel is not None else _nothing),
+            (False, self._waiting.close),
+            # Every waiter wakes and raises ClientClosedError; a call whose script is in
+            # flight undoes a hold it gets (see Engine._attempt). Both end before the
+            # connections close, and so do releases and rollbacks already under way.
+            (False, self._pubsub.aclose),
+            (True, self._background.calls_ended),
+            (True, self._order.drained),
+            (True, self._background.drain),
+            (True, self._latches.flush),
+            (False, self._topology.aclose),
+            (False, self._warn_held),
+            (False, self._redis.aclose if self._owns_redis else _nothing),
+        ]
+
+    def _warn_held(self) -> None:
         for hold in self._holds:
             if hold.count and hold.lost is None:
                 log.warning(
@@ -357,19 +404,27 @@ class Client:
                     hold.holder,
                     hold.name,
                 )
-        if self._owns_redis:
-            await self._redis.aclose()
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         # getattr: __init__ may have raised before the engine existed.
         engine = getattr(self, "_engine", None)
-        if engine is not None and engine.started and not engine.closed:
+        if (
+            engine is not None
+            and engine.started
+            and not engine.closed
+            # A forked child's copy: the parent closes the client, not the child.
+            and not self._affinity.foreign
+        ):
             _warn(
                 f"aiolock client {self.id} was never closed: call aclose()",
                 ResourceWarning,
                 stacklevel=1,
                 source=self,
             )
+
+
+def _nothing() -> None:
+    pass
 
 
 def _call_seconds(conn: AbstractConnection, options: ClientOptions) -> float:

@@ -43,6 +43,7 @@ from ._primitive import Call, Outcome
 from ._replies import AcquireReply, Release, decode_force, decode_release, script_error
 
 if TYPE_CHECKING:
+    from ._affinity import Affinity
     from ._background import Background
     from ._config import Settings
     from ._holders import HolderIds
@@ -92,8 +93,10 @@ class Engine:
         dispatcher: PubSub,
         background: Background,
         latches: LatchSweeper,
+        affinity: Affinity,
     ) -> None:
         self.settings = settings
+        self._affinity = affinity
         self._ids = ids
         self._runner = runner
         self._holds = holds
@@ -117,9 +120,14 @@ class Engine:
         return self._ids.client_id
 
     def check_open(self) -> None:
-        """Raise ClientClosedError once the client is closed."""
+        """Raise ClientClosedError once the client is closed.
+
+        RuntimeError if called in another process or event loop than the client's
+        (``_affinity.py``): before any I/O.
+        """
         if self.closed:
             raise ClientClosedError
+        self._affinity.check()
         self.started = True
 
     def close(self) -> None:

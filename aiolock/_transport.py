@@ -18,6 +18,8 @@ a future to the queue of replies expected and writes; replies resolve the future
   read and dropped, so the stream never goes out of step and the connection stays up.
 - **Backpressure**: at most ``limit`` commands are queued or in flight; a call beyond waits
   its turn (first come, first served).
+- **Fork**: in a forked child the inherited connection is never written (``_wire.py``); a
+  call raises ``RuntimeError`` instead.
 - An error reply fails only its own caller. Nothing blocking (BLPOP, WAIT without a bound)
   is ever sent here: it would hold up every call behind it.
 """
@@ -118,7 +120,8 @@ class CommandTransport:
     async def call(self, command: bytes) -> Any:
         """Send one packed command; return its reply or raise its error reply."""
         wire = self._wire
-        if wire is None or self._room or len(self._sinks) >= self._limit:
+        # A closed wire here is one inherited from the parent process (see _ready).
+        if wire is None or wire.closed or self._room or len(self._sinks) >= self._limit:
             wire = await self._ready(1)
         future: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
         self._put(wire, command, future)
@@ -136,7 +139,7 @@ class CommandTransport:
             return []
         size = len(commands)
         wire = self._wire
-        if wire is None or self._room or len(self._sinks) + size > self._limit:
+        if wire is None or wire.closed or self._room or len(self._sinks) + size > self._limit:
             wire = await self._ready(size)
         future: asyncio.Future[list[Any]] = self._loop.create_future()  # type: ignore[union-attr]
         self._put(wire, b"".join(commands), _Batch(future, size), size)
@@ -240,6 +243,13 @@ class CommandTransport:
             if self.closed:
                 raise self._closed_error()
             wire = self._wire
+            if wire is not None and wire.inherited:
+                # A forked child: the connection is the parent's (a lost wire is dropped
+                # at once, so a closed one here can only be inherited).
+                raise RuntimeError(
+                    f"aiolock: the connection to {wire.peer} belongs to the process this one "
+                    "was forked from; create a new client after the fork"
+                )
             if wire is None:
                 wire = await self._open()
                 # The connect ended a tick ago: since then the transport may have been

@@ -17,6 +17,12 @@ connection is taken over:
 
 A wire never retries or times out by itself: whoever owns it (``_transport.py``,
 ``_pubsub.py``) decides when silence means a dead connection and closes it.
+
+**Fork**: a forked child inherits every open wire, whose socket is also the parent's. In
+the child each wire is *inherited* from then on (see ``_inherit``): it writes nothing,
+closes nothing and lets redis-py close nothing, at garbage collection and interpreter exit
+included, so that the child can never write on, shut or unregister the parent's
+connection. Its owner refuses calls on it (``_affinity.py`` refuses them earlier still).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import contextlib
 import logging
 import math
 import os
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -66,8 +73,40 @@ class Wire:
         self._conn = conn
         self._listener = listener
         self.closed = False
+        #: Opened by the process this one was forked from: never to be touched here.
+        self.inherited = False
         #: Where it goes, for messages.
         self.peer = _describe(conn)
+        _open_wires.add(self)
+
+    def _inherit(self) -> None:
+        """In a forked child: stop touching the socket, which is the parent's too.
+
+        Whatever closes the asyncio transport in the child (our close, redis-py's
+        ``disconnect()`` or ``__del__``, asyncio's ``StreamWriter.__del__`` once the child
+        drops the writer) would unregister the socket from the epoll instance the child
+        shares with the parent, which then never hears from that connection again (or,
+        over TLS, write a close_notify on it). So the wire is closed (nothing is written,
+        its owner sees it unusable), its transports are marked closing without closing
+        them (asyncio's private flags: nothing public does that), and redis-py's connection
+        forgets its streams. The child's copy of the socket is closed by the transport's
+        garbage collection or the child's exit, which leaves the parent's open. The
+        listener is not told: its futures belong to the parent's loop.
+        """
+        self.inherited = True
+        self.closed = True
+        conn: Any = self._conn
+        writer = getattr(conn, "_writer", None)
+        transport = getattr(writer, "transport", None)
+        below = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+        for each in (transport, below):
+            if each is None:
+                continue
+            if hasattr(each, "_closing"):  # a socket transport
+                each._closing = True
+            if hasattr(each, "_closed"):  # a TLS transport over one
+                each._closed = True
+        conn._reader = conn._writer = None
 
     @property
     def direct(self) -> bool:
@@ -84,6 +123,8 @@ class Wire:
 
     async def dispose(self) -> None:
         """Let redis-py forget the connection (after ``close``); never raises."""
+        if self.inherited:
+            return
         with contextlib.suppress(Exception):
             await self._conn.disconnect(nowait=True)
 
@@ -123,6 +164,8 @@ class _DirectWire(Wire, asyncio.Protocol):
             self._transport.write(data)
 
     def close(self, exc: Exception | None = None) -> None:
+        if self.inherited:
+            return
         # abort(): nothing more is read or written, and connection_lost follows.
         self._transport.abort()
         self._lost(exc or RedisConnectionError(f"aiolock: connection to {self.peer} closed"))
@@ -204,17 +247,34 @@ class _RedisPyWire(Wire):
                 self._listener.on_reply(reply)
 
     def close(self, exc: Exception | None = None) -> None:
+        if self.inherited:
+            return
         for task in (self._reader, self._writer):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
         self._lost(exc or RedisConnectionError(f"aiolock: connection to {self.peer} closed"))
 
     async def dispose(self) -> None:
+        if self.inherited:
+            return  # its tasks are the parent's loop's
         # The tasks end before redis-py closes the socket under them.
         tasks = [t for t in (self._reader, self._writer) if t is not None and not t.done()]
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
         await super().dispose()
+
+
+# Every wire not yet garbage: a forked child marks each inherited.
+_open_wires: weakref.WeakSet[Wire] = weakref.WeakSet()
+
+
+def _inherit_all() -> None:
+    for wire in list(_open_wires):
+        wire._inherit()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_inherit_all)
 
 
 def _wanted() -> str:

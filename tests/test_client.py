@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
+from .faultproxy import FaultProxy
 from .helpers import subscriptions_confirmed, wait_until
 
 
@@ -121,3 +123,124 @@ async def test_cluster_without_a_node_fails_clearly() -> None:
     finally:
         await client.aclose()
         await cluster.aclose()
+
+
+# -- aclose() whatever the caller's cancel state (c09) ------------------------------------
+
+
+async def _stale_cancel_count(how: str) -> None:
+    """Leave the calling task counting a cancel request that was already handled.
+
+    ``taskgroup``: a TaskGroup whose child failed (on Python 3.11/3.12 the parent's count
+    stays at 1: a CPython quirk, fixed in 3.13). ``swallowed``: a task that caught a
+    CancelledError without ``uncancel()``, the same on every version.
+    """
+    if how == "taskgroup":
+
+        async def fails() -> None:
+            raise ValueError("one child fails")
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(asyncio.sleep(10))
+                group.create_task(fails())
+        except* ValueError:
+            pass
+    else:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)
+        assert task.cancelling() == 1
+
+
+async def _in_full_use(client: aiolock.Client, name: str) -> asyncio.Task[bool]:
+    """A watchdog hold (the renewal task runs) and a waiter parked on it (pub/sub)."""
+    await client.lock(name).lock()
+    waiter = asyncio.create_task(client.lock(name).try_lock(wait=30))
+    await wait_until(lambda: subscriptions_confirmed(client), what="the waiter parked")
+    return waiter
+
+
+async def _closed_everything(client: aiolock.Client, proxy: FaultProxy) -> None:
+    """No task of the client runs and no connection of it is open."""
+    await wait_until(lambda: not client._background.tasks, what="the client's tasks ended")
+    await wait_until(lambda: proxy.connections == 0, what="the client's connections closed")
+
+
+@pytest.mark.parametrize("how", ["taskgroup", "swallowed"])
+async def test_aclose_after_a_handled_cancel_closes_everything(
+    proxy: FaultProxy, raw: Redis, name: str, how: str
+) -> None:
+    """c09: aclose() from a task still counting a handled cancel request returns normally
+    and closes every task and connection (it raised CancelledError halfway, leaving the
+    pub/sub reader and both connections open, and a second aclose() did nothing)."""
+    client = aiolock.Client.from_url(proxy.url)
+    waiter = await _in_full_use(client, name)
+    await _stale_cancel_count(how)
+    await client.aclose()
+    assert client.closed
+    with pytest.raises(aiolock.ClientClosedError):
+        await waiter
+    await _closed_everything(client, proxy)
+    await client.aclose()  # and again: nothing left to do
+    await raw.delete(name)
+
+
+async def test_aclose_cancelled_at_every_step_still_closes_everything(
+    proxy: FaultProxy, raw: Redis, name: str
+) -> None:
+    """A sweep over aclose(), with a handled cancel counted beforehand: cancelled at the
+    k-th loop iteration for k = 0, 1, ... until it completes first, it raises
+    CancelledError exactly when the cancel was delivered, and every task and connection is
+    closed either way."""
+    # Every k up to 16, then doubling: a reply awaited spans many iterations.
+    k = 0
+    while await _aclose_cancelled_at(k, proxy, raw, name):
+        k = k + 1 if k < 16 else k * 2
+        assert k < 2**16, "aclose() never completed before its cancel"
+
+
+async def _aclose_cancelled_at(k: int, proxy: FaultProxy, raw: Redis, name: str) -> bool:
+    """One case of the aclose() sweep; whether the cancel was delivered."""
+    loop = asyncio.get_running_loop()
+    client = aiolock.Client.from_url(proxy.url)
+    waiter = await _in_full_use(client, name)
+    second = client.lock(f"{name}:2", owner="any task")
+    await second.lock()
+    delivered = False
+
+    def hop(i: int) -> None:
+        nonlocal delivered
+        if task.done():
+            return
+        if i >= k:
+            delivered = task.cancel()
+            return
+        loop.call_soon(hop, i + 1)
+
+    async def close() -> None:
+        await _stale_cancel_count("swallowed")
+        loop.call_soon(hop, 0)
+        await client.aclose()
+
+    # A release in flight too (it starts while close() counts its handled cancel):
+    # aclose() waits for it, and flushes its latch.
+    releasing = asyncio.create_task(second.unlock())
+    task = asyncio.create_task(close())
+    try:
+        async with asyncio.timeout(10):
+            await task
+        cancelled = False
+    except asyncio.CancelledError:
+        cancelled = True
+    assert cancelled == delivered, f"k={k}: cancel delivered {delivered}, raised {cancelled}"
+    with pytest.raises(aiolock.ClientClosedError):
+        await waiter
+    await asyncio.gather(releasing, return_exceptions=True)  # done, or failed at the close
+    await _closed_everything(client, proxy)
+    # A cancelled aclose() leaves the release's latch to its expiry.
+    latches = [key async for key in raw.scan_iter(match=f"redisson_unlock_latch:{{{name}:2}}:*")]
+    await raw.delete(name, f"{name}:2", *latches)
+    return delivered

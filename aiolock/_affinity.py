@@ -1,0 +1,105 @@
+"""Where a client may run: the process and the event loop that first used it.
+
+A client's connections are sockets of one process, read and written by one event loop.
+
+- **Another process** (a child of ``os.fork()``: gunicorn ``--preload``, multiprocessing's
+  fork start method) holds copies of its parent's sockets. A command the child wrote would
+  go out on the parent's connection and its reply be read by the parent, as the answer to a
+  call of its own: a ``try_lock()`` of the parent could return True for a lock another
+  client holds. So any call of a client in a process other than the one that first used it
+  raises ``RuntimeError`` before anything is sent, and the parent never notices.
+- **Another event loop** (a second ``asyncio.run()``, a per-test loop) cannot wait on the
+  first loop's futures or sockets: a call from it raises ``RuntimeError`` before anything
+  is sent, rather than sending the acquire and failing once the server has taken the lock.
+
+Forks are counted with ``os.register_at_fork``, so the process check compares two
+integers (``os.getpid()`` is a system call, ~190 ns, on glibc since 2.25). The whole check
+costs ~0.25 us a call on Python 3.11 (whose ``_get_running_loop`` itself calls getpid) and
+less from 3.12 on: not measurable on a lock+unlock pair (~125 us against a local server).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+__all__ = ("PROCESS", "Affinity")
+
+
+class _Process:
+    """The running process, as a client sees it: how many forks away from its first."""
+
+    __slots__ = ("forks",)
+
+    def __init__(self) -> None:
+        self.forks = 0
+
+
+#: Bumped in every child of ``os.fork()`` (and so of multiprocessing's fork start method).
+PROCESS = _Process()
+
+
+def _forked() -> None:
+    PROCESS.forks += 1
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forked)
+
+
+class Affinity:
+    """The process and the event loop a client belongs to: those of its first call."""
+
+    __slots__ = ("_forks", "_loop", "_pid")
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._forks = PROCESS.forks
+        self._pid = os.getpid()
+
+    def check(self) -> None:
+        """Raise ``RuntimeError`` unless called in the client's process and event loop.
+
+        The first call binds the client to its loop (and to its process, if the client was
+        made in another one and never used there). Outside an asyncio loop (no running loop)
+        nothing is checked: the call fails just after, with a message that says why.
+        """
+        loop = asyncio._get_running_loop()
+        if loop is self._loop and self._forks == PROCESS.forks:
+            return
+        self._refuse_or_bind(loop)
+
+    @property
+    def foreign(self) -> bool:
+        """Whether this is a forked child of the process the client was used in."""
+        return self._forks != PROCESS.forks and self._loop is not None
+
+    def _refuse_or_bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        if self._loop is None:
+            if loop is not None:
+                # Made in one process, used first in another (a client made at import and
+                # forked before any call): it is the child's, and the parent's copy is
+                # the parent's own.
+                self._loop = loop
+                self._forks = PROCESS.forks
+                self._pid = os.getpid()
+            return
+        if self._forks != PROCESS.forks:
+            raise RuntimeError(self._fork_message())
+        if loop is None:
+            return
+        closed = " (now closed)" if self._loop.is_closed() else ""
+        raise RuntimeError(
+            f"this aiolock client belongs to the event loop that first used it{closed}, "
+            "and was called from another one: its connections are that loop's. Create one "
+            "client per event loop, inside it (in the coroutine given to asyncio.run(), in "
+            "an async fixture or an app's lifespan), not at module level"
+        )
+
+    def _fork_message(self) -> str:
+        return (
+            f"this aiolock client was first used in process {self._pid} and cannot be used "
+            f"in process {os.getpid()}, a child forked from it: its connections are the "
+            "parent's. Create a new client after the fork (in the child); the parent's "
+            "client is unaffected"
+        )

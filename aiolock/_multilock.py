@@ -327,7 +327,10 @@ class MultiLock(_Composite):
     members already taken are given back. With an explicit ``lease`` each member gets it;
     an acquisition that took longer than the lease (the first members may have expired) is
     given back and tried again within ``wait``. A member's server that does not answer
-    holds the call no longer than the wait (plus 0.25 s) or the lease.
+    holds the call no longer than the wait (plus 0.25 s) or the lease; a query no longer
+    than 1.5 s (the member counts as not held: the MultiLock is not confirmed held, its
+    hold count 0), an unlock 1.5 s for that member (its release then finishes in the
+    background, once the server answers).
     """
 
     __slots__ = ()
@@ -346,9 +349,12 @@ class RedLock(_Composite):
     left (of the wait and of the validity, split evenly among the members still to try;
     1.5 s in the first round when neither bounds it), counts as one not taken: its call is
     cancelled, and whatever it took is undone once the server answers. Otherwise every
-    member taken is given back and, within ``wait``, it tries again. The members should be locks
-    of clients on independent servers (the same name on each); on one server a RedLock is
-    just a slower lock.
+    member taken is given back and, within ``wait``, it tries again. The queries ask the
+    members at once and count one that fails or does not answer within 1.5 s as not held
+    (the RedLock is held while a majority answers held, which returns as soon as it
+    does); an unlock waits 1.5 s at most for a member, whose release then finishes in the
+    background. The members should be locks of clients on independent servers (the same
+    name on each); on one server a RedLock is just a slower lock.
     """
 
     __slots__ = ()

@@ -228,7 +228,8 @@ class _Composite(Acquirable):
         MultiLock raises the error). An outer cancel raises CancelledError.
         """
         task = asyncio.current_task()
-        assert task is not None, "aiolock locks must be used from inside an asyncio task"
+        if task is None:
+            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
         with asking_for(task):
             asking = [asyncio.create_task(query(member)) for member in self._members]
         pending = set(asking)

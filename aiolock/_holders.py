@@ -3,17 +3,41 @@
 Each task gets ``"{client.id}:{n}"`` the first time it touches a lock of the client, with
 ``n`` from a per-client counter. Tasks are looked up through a WeakKeyDictionary: not by
 ``id(task)``, which the interpreter reuses, and not by a ContextVar, which a child task
-would inherit from its parent.
+would inherit from its parent (except where that is the point: ``asking_for``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import weakref
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import Any
 
-__all__ = ("HolderIds",)
+__all__ = ("HolderIds", "asking_for")
+
+# The task whose holds a helper task asks about: a MultiLock or RedLock asks its members
+# at once, each in a task of its own, whether the task that called it holds them. A weak
+# reference, so that a task the helper's context reaches (a connection's reader) keeps
+# nothing alive.
+_asking_for: ContextVar[weakref.ref[asyncio.Task[Any]] | None] = ContextVar(
+    "aiolock_asking_for", default=None
+)
+
+
+@contextlib.contextmanager
+def asking_for(task: asyncio.Task[Any]) -> Iterator[None]:
+    """Tasks created in the body ask about ``task``'s holds.
+
+    Queries only: holds are taken and released by the calling task itself.
+    """
+    token = _asking_for.set(weakref.ref(task))
+    try:
+        yield
+    finally:
+        _asking_for.reset(token)
 
 
 class HolderIds:
@@ -28,7 +52,11 @@ class HolderIds:
         self._ids: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
 
     def current(self) -> tuple[str, asyncio.Task[Any]]:
-        """The calling task's holder id, and the task."""
+        """The calling task's holder id, and the task (``asking_for``'s where given)."""
+        asked = _asking_for.get()
+        task = asked() if asked is not None else None
+        if task is not None:
+            return self.of(task), task
         try:
             task = asyncio.current_task()
         except RuntimeError:

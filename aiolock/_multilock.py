@@ -16,17 +16,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
 from ._exceptions import LockError, LockLostError
 from ._handle import Acquirable, LockHandle, LockStatistics
-
-if TYPE_CHECKING:
-    pass
+from ._holders import asking_for
 
 __all__ = ("MultiLock", "RedLock")
 
@@ -44,6 +42,12 @@ _RETRY_PAUSE = 0.05
 _MIN_CALL = 0.25
 # A RedLock member's call in the first round when neither a wait nor a lease bounds it.
 _UNBOUNDED_CALL = 1.5
+# How long a query (is_locked() and the like) waits for the members' answers, and an
+# unlock for each member's (seconds): a frozen server costs that, not its connection's
+# timeout. As long as the first round's call: an answer comes in milliseconds.
+_QUERY_CALL = _UNBOUNDED_CALL
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,29 +213,97 @@ class _Composite(Acquirable):
 
     # -- queries --------------------------------------------------------------------------
 
-    async def _each(self, query: Callable[[LockHandle], Awaitable[Any]]) -> list[Any]:
-        # One after another, in the calling task: "held by the current task" is per task.
-        return [await query(member) for member in self._members]
+    async def _ask(
+        self,
+        query: Callable[[LockHandle], Coroutine[Any, Any, T]],
+        decided: Callable[[list[T]], bool] = lambda answers: False,
+    ) -> list[T]:
+        """The answers of the members that answer ``query`` within ``_QUERY_CALL``.
+
+        Asked at once, each in a task of its own that asks about the calling task's holds
+        (``asking_for``), so that one member's frozen server costs the bound, not its
+        connection's timeout; the rest are no longer waited for once ``decided(answers)``.
+        A member that does not answer in time counts as one that is not held (its query,
+        read-only, is cancelled); a member whose server fails too, for a RedLock (a
+        MultiLock raises the error). An outer cancel raises CancelledError.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        with asking_for(task):
+            asking = [asyncio.create_task(query(member)) for member in self._members]
+        pending = set(asking)
+        scope = asyncio.timeout(_QUERY_CALL)
+        try:
+            async with scope:
+                while pending and not decided(_answers(asking)):
+                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+        finally:
+            for asked in pending:
+                asked.cancel()
+            if pending:
+                # Read-only queries, cancelled: they end at once (no need to wait out a
+                # server); waited for so that none is left behind or its error unread.
+                await asyncio.wait(pending)
+        for member, asked in zip(self._members, asking, strict=True):
+            if asked.cancelled():
+                log.info("aiolock: %r: member %r did not answer in time", self, member.name)
+                continue
+            error = asked.exception()
+            if error is not None and not self._unanswered(member, error):
+                raise error
+        return _answers(asking)
+
+    def _unanswered(self, member: LockHandle, error: BaseException) -> bool:
+        """Whether a member whose query failed with ``error`` counts as not held.
+
+        Otherwise the error is raised: a MultiLock needs every member, so it raises.
+        """
+        return False
 
     def _enough(self, flags: list[bool]) -> bool:
         return sum(flags) >= self._quorum
 
+    def _settled(self, flags: list[bool]) -> bool:
+        """Whether ``flags`` so far decide ``_enough`` whatever the others answer."""
+        return self._enough(flags) or len(self._members) - sum(not f for f in flags) < self._quorum
+
     async def is_locked(self) -> bool:
-        """Whether enough members are held (all for a MultiLock, a majority for a RedLock)."""
-        return self._enough(await self._each(LockHandle.is_locked))
+        """Whether enough members are held (all for a MultiLock, a majority for a RedLock).
+
+        A member that does not answer within 1.5 s counts as not held: the answer says
+        what the servers confirm, and comes within that bound even with one frozen.
+        """
+        return self._enough(await self._ask(LockHandle.is_locked, self._settled))
 
     async def is_held_by_current_task(self) -> bool:
-        """Whether the calling task (or owner=) holds enough members."""
-        return self._enough(await self._each(LockHandle.is_held_by_current_task))
+        """Whether the calling task (or owner=) holds enough members.
+
+        A member that does not answer within 1.5 s counts as not held, so an answer of
+        True is one the servers confirmed: a MultiLock with a member's server frozen is
+        not held, a RedLock is while a majority answers held.
+        """
+        return self._enough(await self._ask(LockHandle.is_held_by_current_task, self._settled))
 
     async def hold_count(self) -> int:
-        """How many times the calling holder holds it: the count enough members reach."""
-        counts = sorted(await self._each(LockHandle.hold_count), reverse=True)
-        return int(counts[self._quorum - 1])
+        """How many times the calling holder holds it: the count enough members reach.
+
+        A member that does not answer within 1.5 s counts as 0 (so a MultiLock with one
+        unanswered member reports 0).
+        """
+        counts = await self._ask(LockHandle.hold_count)
+        counts += [0] * (len(self._members) - len(counts))
+        return sorted(counts, reverse=True)[self._quorum - 1]
 
     async def remaining_lease(self) -> float | None:
-        """The shortest lease left among the members held; None if none has a lease."""
-        leases = [lease for lease in await self._each(LockHandle.remaining_lease) if lease]
+        """The shortest lease left among the members held; None if none has a lease.
+
+        Members that do not answer within 1.5 s are left out, as members not held.
+        """
+        leases = [lease for lease in await self._ask(LockHandle.remaining_lease) if lease]
         return min(leases) if leases else None
 
     def statistics(self) -> LockStatistics:
@@ -256,7 +328,10 @@ class MultiLock(_Composite):
     members already taken are given back. With an explicit ``lease`` each member gets it;
     an acquisition that took longer than the lease (the first members may have expired) is
     given back and tried again within ``wait``. A member's server that does not answer
-    holds the call no longer than the wait (plus 0.25 s) or the lease.
+    holds the call no longer than the wait (plus 0.25 s) or the lease; a query no longer
+    than 1.5 s (the member counts as not held: the MultiLock is not confirmed held, its
+    hold count 0), an unlock 1.5 s for that member (its release then finishes in the
+    background, once the server answers).
     """
 
     __slots__ = ()
@@ -275,9 +350,12 @@ class RedLock(_Composite):
     left (of the wait and of the validity, split evenly among the members still to try;
     1.5 s in the first round when neither bounds it), counts as one not taken: its call is
     cancelled, and whatever it took is undone once the server answers. Otherwise every
-    member taken is given back and, within ``wait``, it tries again. The members should be locks
-    of clients on independent servers (the same name on each); on one server a RedLock is
-    just a slower lock.
+    member taken is given back and, within ``wait``, it tries again. The queries ask the
+    members at once and count one that fails or does not answer within 1.5 s as not held
+    (the RedLock is held while a majority answers held, which returns as soon as it
+    does); an unlock waits 1.5 s at most for a member, whose release then finishes in the
+    background. The members should be locks of clients on independent servers (the same
+    name on each); on one server a RedLock is just a slower lock.
     """
 
     __slots__ = ()
@@ -316,6 +394,13 @@ class RedLock(_Composite):
             log.info("aiolock: RedLock %r: member %r failed: %r", self._name, member.name, exc)
             return False
 
+    def _unanswered(self, member: LockHandle, error: BaseException) -> bool:
+        # As when taking it: a server down is a member not held.
+        if isinstance(error, (RedisError, OSError)):
+            log.info("aiolock: %r: member %r failed: %r", self, member.name, error)
+            return True
+        return False
+
     def _budget(self, lease: float | None) -> float | None:
         if lease is None:
             return None
@@ -340,17 +425,44 @@ class RedLock(_Composite):
             raise errors[0]
 
 
+def _answers(asking: list[asyncio.Task[T]]) -> list[T]:
+    """The answers of the queries in ``asking`` that returned one."""
+    return [
+        asked.result()
+        for asked in asking
+        if asked.done() and not asked.cancelled() and asked.exception() is None
+    ]
+
+
 async def _give_back(members: list[LockHandle], *, report: bool = True) -> list[BaseException]:
     """Unlock each of ``members``, last taken first; return the failures.
 
     Every one is tried even if some fail or the caller is cancelled meanwhile (a cancelled
-    unlock finishes in the background). Failures are logged when ``report``.
+    unlock finishes in the background). A member's unlock still unanswered after
+    ``_QUERY_CALL`` is cut off and finishes in the background too (its client resends it
+    until the server answers; its renewal, frozen with the server, lets the lease end
+    meanwhile): not a failure, the release is under way. Failures are logged when
+    ``report``.
     """
     errors: list[BaseException] = []
     cancelled: asyncio.CancelledError | None = None
     for member in reversed(members):
+        scope = asyncio.timeout(_QUERY_CALL)
         try:
-            await member.unlock()
+            async with scope:
+                await member.unlock()
+        except TimeoutError as exc:
+            if not scope.expired():
+                # The member's own error (a socket timeout), not this bound.
+                if report:
+                    log.warning("aiolock: giving back %r failed: %r", member.name, exc)
+                errors.append(exc)
+                continue
+            log.warning(
+                "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
+                member.name,
+                _QUERY_CALL,
+            )
         except asyncio.CancelledError as exc:
             # That unlock finishes in the background; the others are still made.
             cancelled = exc

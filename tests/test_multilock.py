@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 import aiolock
+import aiolock._multilock as aiolock_multilock
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
@@ -347,3 +348,75 @@ async def test_a_hung_member_costs_no_more_than_the_wait(
     assert await raw.exists(*(m.name for m in members)) == 0
     assert await composite.try_lock(wait=LIMIT)
     await composite.unlock()
+
+
+@pytest.fixture
+def short_bound(monkeypatch: pytest.MonkeyPatch) -> float:
+    """The composites' bound on a member's query or unlock, shortened to keep CI fast."""
+    bound = 0.4
+    monkeypatch.setattr(aiolock_multilock, "_QUERY_CALL", bound)
+    return bound
+
+
+@pytest.mark.parametrize(("kind", "held"), [(aiolock.RedLock, True), (aiolock.MultiLock, False)])
+async def test_a_hung_member_costs_queries_and_unlock_no_more_than_the_bound(
+    kind: Any,
+    held: bool,
+    *,
+    proxy: FaultProxy,
+    hung: aiolock.Client,
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+    short_bound: float,
+) -> None:
+    """Taken, then one member's server frozen: the queries answer within the bound, the
+    frozen member counting as not held (a RedLock still held on the other two, a MultiLock
+    not confirmed held); an outer cancel still raises; unlock() returns within the bound,
+    and the frozen member's release lands once its server answers again (used to wait for
+    the frozen server until its connection gave up: 30 s a try, by default)."""
+    members = three(client, hung, name)
+    composite = kind(*members)
+    assert await composite.try_lock(lease=LIMIT * 3)
+    async with proxy.partition(mode="resume"):
+        async with asyncio.timeout(LIMIT / 2):
+            assert await composite.is_held_by_current_task() is held
+            assert await composite.is_locked() is held
+            assert await composite.hold_count() == (1 if held else 0)
+            lease = await composite.remaining_lease()
+            assert lease is not None
+            assert 0 < lease <= LIMIT * 3
+            # Cancelled while it waits for the frozen member: CancelledError, nothing left.
+            asking = asyncio.create_task(composite.hold_count())
+            cancel_at(asking, 3)
+            with pytest.raises(asyncio.CancelledError):
+                await asking
+            await composite.unlock()
+        assert await raw.exists(f"{name}:a", f"{name}:c") == 0
+    # The frozen member's release arrives now and is finished in the background.
+    await quiesce(hung)
+    assert await raw.exists(*(m.name for m in members)) == 0
+    assert members[1].statistics().hold_count == 0
+    assert await composite.try_lock(wait=LIMIT)
+    assert await composite.is_held_by_current_task()
+    assert await composite.hold_count() == 1
+    await composite.unlock()
+
+
+async def test_queries_ask_about_the_calling_tasks_holds(client: aiolock.Client, name: str) -> None:
+    """The members are asked at once, each in a task of its own, about the caller's holds:
+    held by the task that took it, by no other task, and by an owner= holder."""
+    red = aiolock.RedLock(*(client.lock(f"{name}:{n}") for n in "abc"))
+    assert await red.try_lock()
+    await red.lock()
+    assert await red.is_held_by_current_task()
+    assert await red.hold_count() == 2
+    assert not await asyncio.create_task(red.is_held_by_current_task())
+    assert await asyncio.create_task(red.hold_count()) == 0
+    owned = aiolock.MultiLock(*(client.lock(f"{name}:o{n}", owner="o") for n in "ab"))
+    await owned.lock()
+    assert await asyncio.create_task(owned.is_held_by_current_task())
+    await owned.unlock()
+    await red.unlock()
+    await red.unlock()
+    assert not await red.is_locked()

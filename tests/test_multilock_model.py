@@ -12,7 +12,9 @@ clients are quiet, every name's hash in Redis must hold exactly the counts of th
 - an unlock gives back one hold of each member held (a RedLock's: of each member its
   client believes held, when those are a majority), and raises when one was not held
   (a RedLock only when fewer than a majority were);
-- a cancelled acquire leaves nothing; a cancelled unlock still releases.
+- a cancelled acquire leaves nothing; a cancelled unlock still releases;
+- the queries (asked of the members at once) answer as the counts say, or, cancelled,
+  raise CancelledError.
 """
 
 from __future__ import annotations
@@ -120,6 +122,26 @@ class CompositeMachine(RuleBasedStateMachine):
             assert got is None, f"unlock raised {got!r} with {held} held"
         else:
             assert isinstance(got, aiolock.LockNotOwnedError), f"unlock answered {got!r}"
+
+    @rule(holder=holders, subset=subsets, red=st.booleans(), cancel=cancels)
+    def query(self, holder: int, subset: tuple[int, ...], red: bool, cancel: int | None) -> None:
+        composite = self.composite(holder, subset, red)
+
+        async def ask() -> tuple[bool, int, bool]:
+            return (
+                await composite.is_held_by_current_task(),
+                await composite.hold_count(),
+                await composite.is_locked(),
+            )
+
+        got = self.runner.run(self.call(ask(), cancel))
+        if got == CANCELLED:
+            return
+        quorum = len(subset) // 2 + 1 if red else len(subset)
+        counts = sorted((self.counts[holder, i] for i in subset), reverse=True)
+        locked = sum(any(c for (_, j), c in self.counts.items() if j == i) for i in subset)
+        expected = (counts[quorum - 1] > 0, counts[quorum - 1], locked >= quorum)
+        assert got == expected, f"queries answered {got}, model {expected}"
 
     @rule(holder=holders, index=st.integers(0, NAMES - 1), take=st.booleans())
     def member_alone(self, holder: int, index: int, take: bool) -> None:

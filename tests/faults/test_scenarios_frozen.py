@@ -157,12 +157,20 @@ def red_servers() -> Iterator[list[LocalServer]]:
 async def test_redlock_member_frozen(red_servers: list[LocalServer], report: Report) -> None:
     """14. Each server of a RedLock frozen in turn: try_lock(wait=1, lease=5) holds the
     other two within 1 s and a member's share; lock() within the first round's 1.5 s per
-    member; once the frozen server answers, nothing of the cut-off acquire is left there."""
+    member; once the frozen server answers, nothing of the cut-off acquire is left there.
+    Meanwhile is_held_by_current_task() answers held at once (from the other two; a
+    query waits 1.5 s at most), and an unlock() of a RedLock held on the frozen server
+    too returns within that bound, the frozen member's release landing once it answers."""
     clients = [aiolock.Client.from_url(server.url) for server in red_servers]
     raws = [Redis.from_url(server.url) for server in red_servers]
     name = f"frozen:{new_run_id()}"
     red = aiolock.RedLock(*(client.lock(name) for client in clients))
-    took: dict[str, list[float]] = {"try_lock(wait=1, lease=5)": [], "lock()": []}
+    took: dict[str, list[float]] = {
+        "try_lock(wait=1, lease=5)": [],
+        "lock()": [],
+        "is_held_by_current_task()": [],
+        "unlock() held on the frozen one": [],
+    }
     started = time.monotonic()
     try:
         for index, server in enumerate(red_servers):
@@ -179,23 +187,44 @@ async def test_redlock_member_frozen(red_servers: list[LocalServer], report: Rep
                     async with asyncio.timeout(10):
                         assert await call() in (True, None)
                     took[what].append(time.monotonic() - began)
-                    # Its belief: asking the servers would ask the frozen one too.
-                    assert red.statistics().held_by_current_task
+                    # The servers asked, the frozen one too: the other two answer held.
+                    began = time.monotonic()
+                    async with asyncio.timeout(10):
+                        assert await red.is_held_by_current_task()
+                    took["is_held_by_current_task()"].append(time.monotonic() - began)
                     await red.unlock()
             finally:
                 server.resume()
             await quiesce(clients[index])
             assert not await raws[index].exists(name), "a cut-off acquire was left behind"
+            # Held on all three, then one frozen: unlock() returns within its bound, and
+            # the frozen member's release lands once the server answers again.
+            assert await red.try_lock(wait=1, lease=5)
+            server.pause()
+            try:
+                began = time.monotonic()
+                async with asyncio.timeout(10):
+                    await red.unlock()
+                    assert not await red.is_held_by_current_task()
+                took["unlock() held on the frozen one"].append(time.monotonic() - began)
+            finally:
+                server.resume()
+            await quiesce(clients[index])
+            assert not await raws[index].exists(name), "the frozen member's release was lost"
     finally:
         for client in clients:
             await client.aclose()
         for raw in raws:
             await raw.aclose()
     line = "; ".join(
-        f"{what} returned held in (s) {', '.join(f'{t:.2f}' for t in times)}"
+        f"{what} returned in (s) {', '.join(f'{t:.2f}' for t in times)}"
         for what, times in took.items()
     )
     print(f"14 RedLock member frozen PASS in {time.monotonic() - started:.1f} s: {line}")
     # wait=1: each member's share of it, at most 1 s; lock(): 1.5 s for the frozen one.
     assert max(took["try_lock(wait=1, lease=5)"]) < 1 + 1.0
     assert max(took["lock()"]) < 1.5 + 1.0
+    # A majority answers held at once: the frozen one is not waited for its 1.5 s.
+    assert max(took["is_held_by_current_task()"]) < 1.5
+    # The frozen member's unlock is cut off after 1.5 s; is_held answers at once.
+    assert max(took["unlock() held on the frozen one"]) < 1.5 + 1.0

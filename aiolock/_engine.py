@@ -764,9 +764,6 @@ class Engine:
                 call.task is not None
                 and call.holder != holder
                 and not self._order.busy((p.key, call.holder))
-                # A call that asks for a token never takes a hand-over: the release script
-                # takes none (its primitive says no too; this holds whatever it says).
-                and call.receipt is None
             )
 
         heir = self._waiting.heir(channel, p, eligible)

@@ -175,9 +175,9 @@ class WaitingRoom:
         """Who a release of ``releaser`` on ``channel`` hands the lock to (see _handover.py).
 
         The oldest exclusive waiter parked, not woken, with no offer yet and whose call is
-        ``eligible``, with its call and primitive; None if there is none, or if its
-        primitive does not take a hand-over from ``releaser`` (a fenced lock's waiter
-        behind a plain lock's holder, on their shared channel). That waiter is not passed
+        ``eligible``, with its call and primitive; None if there is none, or if it takes
+        no hand-over from ``releaser`` (a fenced lock's waiter behind a plain lock's
+        holder, on their shared channel). That waiter is not passed
         over for a younger one: the release then frees the lock and its message wakes
         that waiter to try itself, in its turn.
         """
@@ -195,7 +195,10 @@ class WaitingRoom:
                 and not waiter.event.is_set()
                 and eligible(call)
             ):
-                return (waiter, call, p) if p.takes_hand_over(releaser) else None
+                # A call asking for a token never takes one: the release script takes no
+                # token (its primitive says no too; this holds whatever it says).
+                takes = call.receipt is None and p.takes_hand_over(releaser)
+                return (waiter, call, p) if takes else None
         return None
 
     def has_waiters(self, channel: str) -> bool:

@@ -204,6 +204,13 @@ def _token_key(name: str) -> str:
     return f"redisson_lock_token:{{{name}}}"
 
 
+async def _counter(raw: Redis, name: str) -> int:
+    """The fenced token counter as stored."""
+    value = await raw.get(_token_key(name))
+    assert value is not None
+    return int(value)
+
+
 @pytest.mark.parametrize("how", ["lock_and_get_token", "try_lock_and_get_token"])
 async def test_a_plain_release_never_hands_the_lock_to_a_fenced_waiter(
     client: aiolock.Client, raw: Redis, name: str, how: str
@@ -219,7 +226,7 @@ async def test_a_plain_release_never_hands_the_lock_to_a_fenced_waiter(
             token: int | None = await fenced.lock_and_get_token()
         else:
             token = await fenced.try_lock_and_get_token(wait=LIMIT)
-        counter = int(await raw.get(_token_key(name)))
+        counter = await _counter(raw, name)
         await fenced.unlock()
         return token, counter
 
@@ -270,7 +277,7 @@ async def test_a_lock_waiter_behind_a_fenced_one_is_not_handed_the_lock_past_it(
     token = await first
     await second
     assert order == ["fenced", "plain"]
-    assert token == int(await raw.get(_token_key(name)))
+    assert token == await _counter(raw, name)
     assert await raw.exists(name) == 0
 
 

@@ -31,6 +31,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from ._cancel import calling_task, cancel_mark, cancel_requested, cancelled_since
 from ._exceptions import (
     ClientClosedError,
+    LockError,
     LockLostError,
     LockNotOwnedError,
     LockUpgradeError,
@@ -220,7 +221,12 @@ class Engine:
         receipt: list[int] | None,
     ) -> bool:
         holder, task = self.holder(owner, calling)
-        p.check_acquire(holder, self._holds)
+        if not self._order.busy((p.key, holder)):
+            # Nothing of this holder's under way on the lock: an upgrade is refused now,
+            # without a round trip. Else (a cut-off unlock() finishing in the background,
+            # say) the holds it counts may be on their way out: _attempt judges the rule
+            # in the holder's turn, once they have settled.
+            p.check_acquire(holder, self._holds)
         field = p.field(holder)
         lease_ms = self.settings.lease_ms if lease is None else max(1, round(lease * 1000))
         loop = asyncio.get_running_loop()
@@ -391,11 +397,11 @@ class Engine:
                     bound = min(bound, remaining)
                 try:
                     self.check_open()
-                    waiter.parked = call  # from now on a release may hand it the lock
+                    waiter.park(p, call)  # from now on a release may hand it the lock
                     try:
                         await waiter.wait(bound)
                     finally:
-                        waiter.parked = None
+                        waiter.unpark()
                     self.check_open()
                     taken = None if waiter.offer is None else await self._take(call, waiter.offer)
                 except BaseException:
@@ -545,13 +551,25 @@ class Engine:
                 raise ClientClosedError
             raise asyncio.CancelledError
         if reply.acquired:
-            try:
-                self._won(p, call, reply.count, token=reply.token)
-            finally:
-                ticket.release()
+            self._won_in_turn(p, call, reply, ticket, tombstone)
             return reply
         ticket.release()
         return reply
+
+    def _won_in_turn(
+        self, p: Primitive, call: Call, reply: AcquireReply, ticket: Ticket, tombstone: str
+    ) -> None:
+        """Record the hold an attempt took, and end the holder's turn."""
+        if call.receipt is not None and reply.token is None:
+            # A fenced acquisition always takes a token: one answered without any (its
+            # counter deleted by hand between a send and its resend) is given back, in
+            # turn, and never returned as held.
+            self._undo_later(p, ticket, call, reply.count, tombstone)
+            raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
+        try:
+            self._won(p, call, reply.count, token=reply.token)
+        finally:
+            ticket.release()
 
     def _after_stale(self, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
         """Believe the server's count of the holder's holds after a stale reply.
@@ -756,10 +774,11 @@ class Engine:
                 and not self._order.busy((p.key, call.holder))
             )
 
-        waiter = self._waiting.heir(channel, eligible)
-        if waiter is None or waiter.parked is None:
+        heir = self._waiting.heir(channel, p, eligible)
+        if heir is None:
             return None
-        waiter.offer = offer = Offer(waiter.parked, waiter.offer_settled)
+        waiter, call, heir_p = heir
+        waiter.offer = offer = Offer(call, heir_p, waiter.offer_settled)
         return offer
 
     def _settle_offer(self, p: Primitive, offer: Offer | None, result: Release | None) -> None:
@@ -771,10 +790,11 @@ class Engine:
         if result is Release.HANDED:
             self._handovers.handed(p.key)
             # Recorded now, whether the waiter takes it or has left (then its leaving
-            # releases it, in its holder's turn, once it sees this outcome).
-            self._won(p, offer.call, 1)
+            # releases it, in its holder's turn, once it sees this outcome). As the heir's
+            # hold: the kind it waits for (which takes a hand-over from this one).
+            self._won(offer.heir, offer.call, 1)
             if offer.abandoned:
-                self._disown(p, offer.call)
+                self._disown(offer.heir, offer.call)
             offer.settle(handed=True)
             return
         offer.settle(handed=None if result is None else False)

@@ -21,7 +21,7 @@ from ._scripts import load_script
 if TYPE_CHECKING:
     from ._config import Settings
     from ._engine import Engine
-    from ._primitive import Call
+    from ._primitive import Call, Primitive
 
 __all__ = ("FencedLock", "FencedLockPrimitive")
 
@@ -31,12 +31,16 @@ class FencedLockPrimitive(LockPrimitive):
 
     __slots__ = ("token_key",)
 
-    # A hand-over is an acquisition by the release script, which takes no token.
+    # A hand-over is an acquisition by the release script, which takes no token: a fenced
+    # release frees the lock for everyone, and a fenced waiter is never an heir.
     hands_over = False
 
     def __init__(self, settings: Settings, name: str) -> None:
         super().__init__(settings, name)
         self.token_key = fenced_token_key(self.key)
+
+    def takes_hand_over(self, releaser: Primitive) -> bool:
+        return False
 
     def acquire(self, call: Call, target: int, tombstone: str) -> Invocation:
         return Invocation(
@@ -68,6 +72,8 @@ class FencedLock(LockHandle):
         await self._engine.acquire(
             self._p, self._owner, None, lease_seconds(lease), receipt=receipt
         )
+        # Acquired means a token in the receipt: a call with one is never handed the lock
+        # (Engine._offer), and an acquire reply without a token is refused (Engine._attempt).
         return receipt[0]
 
     async def try_lock_and_get_token(self, wait: TimeArg = 0, lease: TimeArg = None) -> int | None:

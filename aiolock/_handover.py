@@ -13,7 +13,10 @@ Rules, all here as plain sync methods:
 - **Who**: the oldest parked waiter of a task (not ``owner=``, whose holder may have other
   calls under way), exclusive, not woken, whose holder has no call or background
   completion under way on this lock (a pending rollback of its earlier attempt could
-  otherwise undo the hold it is handed).
+  otherwise undo the hold it is handed), and only if its primitive takes a hand-over
+  from the releaser's (``Primitive.takes_hand_over``). Kinds share a hash and channel
+  (Lock, FencedLock, SpinLock): a fenced acquisition takes a token, which no release
+  script does, so a fenced waiter is never an heir; nor is any call asking for a token.
 - **How often**: at most ``IN_A_ROW`` hand-overs on one lock, then a release publishes as
   usual, so that waiters of other clients (other processes, Redisson) get their turn: a
   client cannot keep a contended lock among its own tasks for ever.
@@ -30,7 +33,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._primitive import Call
+    from ._primitive import Call, Primitive
 
 __all__ = ("IN_A_ROW", "HandOvers", "Offer")
 
@@ -44,11 +47,13 @@ IN_A_ROW = 8
 class Offer:
     """One release call's hand-over to one parked waiter."""
 
-    __slots__ = ("_wake", "abandoned", "call", "outcome")
+    __slots__ = ("_wake", "abandoned", "call", "heir", "outcome")
 
-    def __init__(self, call: Call, wake: Callable[[], None]) -> None:
-        #: The waiting call it is offered to, and how to wake it.
+    def __init__(self, call: Call, heir: Primitive, wake: Callable[[], None]) -> None:
+        #: The waiting call it is offered to, the primitive it waits for (the hold is
+        #: recorded as that one's), and how to wake it.
         self.call = call
+        self.heir = heir
         self._wake = wake
         #: True: handed (the hold is recorded); False: not handed; None: unknown (the
         #: release went unanswered: an attempt of the waiter finds out).

@@ -90,6 +90,11 @@ class LockPrimitive(ExclusivePrimitive):
         super().__init__(settings, name)
         self.chan = lock_channel(self.key)
 
+    def takes_hand_over(self, releaser: Primitive) -> bool:
+        # lock_release.lua writes the heir one hold with its lease: a reentrant lock's
+        # acquisition exactly (a subclass that takes more says no).
+        return isinstance(releaser, LockPrimitive) and releaser.key == self.key
+
     def force(self) -> Invocation:
         return Invocation(
             load_script("lock_force_unlock"),

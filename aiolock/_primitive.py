@@ -129,7 +129,8 @@ class Primitive(Waitable):
     #: re-takes the lock before the waiter woken by the release message can.
     no_barging: ClassVar[bool] = False
     #: A release that frees the lock may hand it straight to a waiter of the same client
-    #: (``release(heir=...)``), saving a message and the waiters' attempts.
+    #: (``release(heir=...)``), saving a message and the waiters' attempts; only to a
+    #: waiter whose primitive takes it (:meth:`takes_hand_over`).
     hands_over: ClassVar[bool] = False
     #: A waiter that gives up must tell the server (the fair lock's queue).
     leaves_queue: ClassVar[bool] = False
@@ -145,6 +146,16 @@ class Primitive(Waitable):
     def field(self, holder: str) -> str:
         """The hash field of ``holder`` (the write lock appends ``:write``)."""
         return holder
+
+    def takes_hand_over(self, releaser: Primitive) -> bool:
+        """Whether this primitive's waiting call may be handed the lock by ``releaser``.
+
+        Only where the hold ``releaser``'s release script writes for its heir is exactly what
+        this primitive's own acquisition takes: else the heir would hold the lock without
+        part of its acquisition (a fenced lock's token). A waiter that does not take it is
+        woken by the release's message and tries itself.
+        """
+        return False
 
     def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
         """Raise if an acquire by ``holder`` can never succeed (an upgrade); else nothing."""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._handover import Offer
-    from ._primitive import Call
+    from ._primitive import Call, Primitive
 
 __all__ = ("SETTLES", "Waiter", "WaitingRoom", "WakeCount", "wait_event")
 
@@ -39,7 +39,15 @@ class Waiter:
     the message's count reaches it.
     """
 
-    __slots__ = ("event", "offer", "parked", "settled", "shared", "woken_by_message")
+    __slots__ = (
+        "event",
+        "offer",
+        "parked",
+        "parked_as",
+        "settled",
+        "shared",
+        "woken_by_message",
+    )
 
     def __init__(self, *, shared: bool) -> None:
         self.event = asyncio.Event()
@@ -47,10 +55,22 @@ class Waiter:
         self.woken_by_message = False
         #: A message that is itself what the wait waits for reached it (see SETTLES).
         self.settled = False
-        #: The call, while it is parked in wait() (and so may be offered a hand-over).
+        #: The call, while it is parked in wait() (and so may be offered a hand-over), and
+        #: the primitive it waits for (which says whether it takes a hand-over).
         self.parked: Call | None = None
+        self.parked_as: Primitive | None = None
         #: A hand-over offered to it (see _handover.py), until the waiter is gone.
         self.offer: Offer | None = None
+
+    def park(self, p: Primitive, call: Call) -> None:
+        """From now on a release may hand ``call`` the lock (if ``p`` takes it)."""
+        self.parked = call
+        self.parked_as = p
+
+    def unpark(self) -> None:
+        """The call no longer sits in wait(): no hand-over is offered to it any more."""
+        self.parked = None
+        self.parked_as = None
 
     def offer_settled(self) -> None:
         """Its hand-over's outcome is known: wake it to take it."""
@@ -167,25 +187,36 @@ class WaitingRoom:
         if not line.waiters:
             del self._lines[channel]
 
-    def heir(self, channel: str, eligible: Callable[[Call], bool]) -> Waiter | None:
-        """Who a hand-over on ``channel`` goes to (see _handover.py), if anyone.
+    def heir(
+        self, channel: str, releaser: Primitive, eligible: Callable[[Call], bool]
+    ) -> tuple[Waiter, Call, Primitive] | None:
+        """Who a release of ``releaser`` on ``channel`` hands the lock to (see _handover.py).
 
         The oldest exclusive waiter parked, not woken, with no offer yet and whose call is
-        ``eligible``.
+        ``eligible``, with its call and primitive; None if there is none, or if it takes
+        no hand-over from ``releaser`` (a fenced lock's waiter behind a plain lock's
+        holder, on their shared channel). That waiter is not passed
+        over for a younger one: the release then frees the lock and its message wakes
+        that waiter to try itself, in its turn.
         """
         line = self._lines.get(channel)
         if line is None:
             return None
         for waiter in line.waiters:
             call = waiter.parked
+            p = waiter.parked_as
             if (
                 call is not None
+                and p is not None
                 and waiter.offer is None
                 and not waiter.shared
                 and not waiter.event.is_set()
                 and eligible(call)
             ):
-                return waiter
+                # A call asking for a token never takes one: the release script takes no
+                # token (its primitive says no too; this holds whatever it says).
+                takes = call.receipt is None and p.takes_hand_over(releaser)
+                return (waiter, call, p) if takes else None
         return None
 
     def has_waiters(self, channel: str) -> bool:

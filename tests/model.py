@@ -36,8 +36,10 @@ __all__ = (
 )
 
 # "fenced" and "spin" follow the reentrant lock's rules ("lock"); their machines check that
-# the rules hold with a token taken per acquisition, and with waiters that poll.
-Kind = Literal["lock", "fair", "rw", "fenced", "spin", "frw"]
+# the rules hold with a token taken per acquisition, and with waiters that poll. "mixed" is
+# one name used through Lock, FencedLock and SpinLock handles in turn (they share Redisson's
+# lock hash and channel): one reentrant lock, whichever handle a call goes through.
+Kind = Literal["lock", "fair", "rw", "fenced", "spin", "frw", "mixed"]
 #: The kinds with a read and a write view.
 RW_KINDS: frozenset[Kind] = frozenset({"rw", "frw"})
 View = Literal["x", "r", "w"]

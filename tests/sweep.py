@@ -68,12 +68,14 @@ __all__ = (
     "SweepResult",
     "Ticker",
     "all_specs",
+    "cut_off_ks",
     "handle",
     "k_schedule",
     "parked",
     "rival_handle",
     "rival_kind",
     "state_key",
+    "unlock_cut_off_then_lock",
 )
 
 T = TypeVar("T")
@@ -481,6 +483,45 @@ class Ticker:
 
 async def _awaited(fn: Callable[[], Awaitable[T]]) -> T:
     return await fn()
+
+
+# -- a release cut off, then the same task's next call ------------------------------------
+
+
+def cut_off_ks(*, full: bool) -> list[int]:
+    """The k of :func:`unlock_cut_off_then_lock`: the schedule, then doubling past it."""
+    ks = k_schedule(full=full)
+    return [*ks, *_stretch(ks[-1])]
+
+
+async def unlock_cut_off_then_lock(released: AnyLock, then: AnyLock, k: int) -> bool:
+    """In the calling task: ``released.unlock()`` cut off by ``asyncio.timeout()`` at loop
+    iteration ``k`` (it is finished in the background), then ``then.lock()`` at once.
+
+    Returns whether the unlock was cut off (False: it completed before iteration k).
+    """
+    loop = asyncio.get_running_loop()
+    unlocked = False
+    try:
+        async with asyncio.timeout(None) as cut:
+
+            def hop(left: int) -> None:
+                if unlocked:
+                    return
+                if left:
+                    loop.call_soon(hop, left - 1)
+                else:
+                    cut.reschedule(loop.time())
+
+            hop(k)
+            await released.unlock()
+            unlocked = True
+    except TimeoutError:
+        cut_off = True
+    else:
+        cut_off = False
+    await then.lock()
+    return cut_off
 
 
 # -- log capture --------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from .conftest import ClientFactory
 from .helpers import quiesce, wait_until
 from .sweep import (
     CAP,
+    AnyLock,
     Holder,
     Kind,
     Scenario,
@@ -28,12 +29,14 @@ from .sweep import (
     Sweep,
     SweepResult,
     all_specs,
+    cut_off_ks,
     handle,
     k_schedule,
     parked,
     rival_handle,
     rival_kind,
     state_key,
+    unlock_cut_off_then_lock,
 )
 
 #: Rounds of the whole k sweep per combination in full mode: which await point a given k
@@ -275,3 +278,60 @@ async def test_defect8_reentry_is_immediate_while_another_local_task_waits(
 
 def _waiting(client: aiolock.Client, kind: Kind, name: str) -> bool:
     return handle(client, kind, name, "probe").statistics().tasks_waiting == 1
+
+
+#: Rounds of the k sweep of a read unlock cut off: a release takes only a few iterations,
+#: and which step a given k lands on varies with the round trip's timing.
+CUT_OFF_ROUNDS = 5
+
+
+@pytest.mark.parametrize("owner", [None, "holder"], ids=["task", "owner"])
+@pytest.mark.parametrize("kind", [Kind.READ, Kind.FREAD], ids=["read_lock", "fair_read_lock"])
+async def test_write_lock_after_a_read_unlock_cut_off_at_every_step(
+    *,
+    make_client: ClientFactory,
+    raw: Redis,
+    name: str,
+    kind: Kind,
+    owner: str | None,
+    request: pytest.FixtureRequest,
+) -> None:
+    """A read unlock() cut off by a timeout at every loop iteration k (finished in the
+    background), then the same task's write lock(): it waits for that release and gets in,
+    never refused as an upgrade (the read hold is on its way out)."""
+    full = bool(request.config.getoption("--faults"))
+    client = make_client()
+    write_kind = rival_kind(kind)
+    problems: list[str] = []
+    cut_at: list[int] = []
+    for round_ in range(FULL_ROUNDS * CUT_OFF_ROUNDS if full else CUT_OFF_ROUNDS):
+        for k in cut_off_ks(full=full):
+            key = f"{name}/{round_}.{k}"
+            reader = handle(client, kind, key, owner)
+            writer = handle(client, write_kind, key, owner)
+
+            async def case(reader: AnyLock = reader, writer: AnyLock = writer, k: int = k) -> bool:
+                await reader.lock()
+                cut = await unlock_cut_off_then_lock(reader, writer, k)
+                # The write lock waited for the release: the read hold is gone.
+                if reader.statistics().hold_count or await writer.hold_count() != 1:
+                    problems.append(f"k={k}: the read hold outlived the write lock()")
+                await writer.unlock()
+                return cut
+
+            try:
+                cut = await asyncio.create_task(case())
+            except Exception as exc:
+                problems.append(f"k={k}: {exc!r}")
+                cut = True
+            await quiesce(client)
+            left = [key async for key in raw.scan_iter(match=f"*{key}*") if "latch" not in key]
+            if left:
+                problems.append(f"k={k}: left behind {left}")
+                await raw.delete(*left)
+            if not cut:
+                break
+            cut_at.append(k)
+    assert not problems, "\n".join(problems)
+    assert cut_at, "no case was cut off"
+    print(f"cut off at k={sorted(set(cut_at))}")

@@ -174,3 +174,24 @@ async def test_token_methods_check_their_arguments(client: aiolock.Client, name:
         await fenced.try_lock_and_get_token(lease=float("inf"))
     with pytest.raises(TypeError, match="wait"):
         await fenced.try_lock_and_get_token(wait="1")  # type: ignore[arg-type]
+
+
+async def test_an_acquisition_without_a_token_is_given_back(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A fenced acquire answered without a token (its hold found already taken, as by an
+    earlier send, and the counter deleted by hand) is refused with a LockError and given
+    back, never returned as held: lock_and_get_token() used to raise IndexError."""
+    fenced = client.fenced_lock(name)
+    await fenced.lock_and_get_token()
+    field = next(iter(await raw.hgetall(name)))
+    # What a re-entry's first send would have left, its reply lost: the hold at count 2.
+    await raw.hset(name, field, 2)
+    await raw.delete(token_key(name))
+    with pytest.raises(aiolock.LockError, match="no token"):
+        await fenced.lock_and_get_token()
+    await wait_until(lambda: client._background.tasks <= {client._renewal._task}, what="given back")
+    assert await raw.hgetall(name) == {field: "1"}
+    assert fenced.statistics().hold_count == 1
+    await fenced.unlock()
+    assert await raw.exists(name) == 0

@@ -20,6 +20,8 @@ from aiolock._scripts import load_script
 from .conftest import ClientFactory
 from .helpers import Gate, gated_redis, quiesce, wait_until
 
+LIMIT = 10.0
+
 
 def _parked(client: aiolock.Client, name: str, count: int = 1) -> bool:
     """Whether ``count`` waiters of ``client`` on ``name`` are parked in their wait."""
@@ -196,3 +198,99 @@ async def test_a_cancelled_release_still_hands_over(
     await quiesce(client)
     assert await raw.exists(name) == 0
     assert len(client._holds) == 0
+
+
+def _token_key(name: str) -> str:
+    return f"redisson_lock_token:{{{name}}}"
+
+
+async def _counter(raw: Redis, name: str) -> int:
+    """The fenced token counter as stored."""
+    value = await raw.get(_token_key(name))
+    assert value is not None
+    return int(value)
+
+
+@pytest.mark.parametrize("how", ["lock_and_get_token", "try_lock_and_get_token"])
+async def test_a_plain_release_never_hands_the_lock_to_a_fenced_waiter(
+    client: aiolock.Client, raw: Redis, name: str, how: str
+) -> None:
+    """A Lock and a FencedLock of one client share the hash and the channel. The Lock's
+    release frees the lock for the fenced waiter, which takes it with a token of its own
+    (a hand-over would take none): it used to get IndexError, holding the lock."""
+    plain, fenced = client.lock(name), client.fenced_lock(name)
+    await plain.lock()
+
+    async def fenced_waiter() -> tuple[int | None, int]:
+        if how == "lock_and_get_token":
+            token: int | None = await fenced.lock_and_get_token()
+        else:
+            token = await fenced.try_lock_and_get_token(wait=LIMIT)
+        counter = await _counter(raw, name)
+        await fenced.unlock()
+        return token, counter
+
+    waiter = asyncio.create_task(fenced_waiter())
+    await _park(client, name)
+    before = await _publishes(raw)
+    await plain.unlock()
+    token, counter = await waiter
+    # Its own acquisition's token: the lock was freed (and published), not handed over.
+    assert token == counter
+    assert await _publishes(raw) == before + 2  # the plain release and the fenced one
+    assert await raw.exists(name) == 0
+    assert len(client._holds) == 0
+
+
+async def test_a_lock_waiter_behind_a_fenced_one_is_not_handed_the_lock_past_it(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """The oldest waiter takes no hand-over (fenced): the release frees the lock rather than
+    hand it to a younger plain waiter, and the fenced one gets in first, with a token."""
+    plain, fenced = client.lock(name), client.fenced_lock(name)
+    await plain.lock()
+    order: list[str] = []
+    release_fenced = asyncio.Event()
+
+    async def fenced_waiter() -> int:
+        token = await fenced.lock_and_get_token()
+        order.append("fenced")
+        await release_fenced.wait()
+        await fenced.unlock()
+        return token
+
+    async def plain_waiter() -> None:
+        await plain.lock()
+        order.append("plain")
+        await plain.unlock()
+
+    first = asyncio.create_task(fenced_waiter())
+    await _park(client, name)
+    second = asyncio.create_task(plain_waiter())
+    await _park(client, name, 2)
+    before = await _publishes(raw)
+    await plain.unlock()
+    await wait_until(lambda: bool(order), what="a waiter got in")
+    assert order == ["fenced"]
+    assert await _publishes(raw) == before + 1
+    release_fenced.set()
+    token = await first
+    await second
+    assert order == ["fenced", "plain"]
+    assert token == await _counter(raw, name)
+    assert await raw.exists(name) == 0
+
+
+async def test_a_fenced_release_hands_nothing_over(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A FencedLock's release frees the lock (and publishes) even for a plain waiter."""
+    plain, fenced = client.lock(name), client.fenced_lock(name)
+    await fenced.lock_and_get_token()
+    waiter = asyncio.create_task(plain.try_lock(LIMIT))
+    await _park(client, name)
+    before = await _publishes(raw)
+    await fenced.unlock()
+    assert await waiter
+    assert await _publishes(raw) == before + 1
+    await plain.force_unlock()

@@ -321,6 +321,12 @@ class _Machine(RuleBasedStateMachine):
         self.clients: list[aiolock.Client] = []
         self.actors: list[list[Actor]] = []
         self.ids: dict[str, str] = {}
+        #: Handles made so far (the mixed machine takes its kinds in turn by this count).
+        self.handles = 0
+        #: Fenced acquisitions' tokens: those of the step under way, and the largest of the
+        #: steps before (every later acquisition's token is larger: the counter only grows).
+        self.tokens: list[Any] = []
+        self.top_token = 0
         try:
             self.loop.run_until_complete(self._setup())
         except BaseException:
@@ -434,15 +440,26 @@ class _Machine(RuleBasedStateMachine):
     async def _outcome(self, call: Call, what: str, limit: float = PROMPT) -> str:
         return answer(await self._result(call, what, limit))
 
-    def handle(self, client: int, owner: str | None, view: View) -> Handle:
+    def handle(
+        self, client: int, owner: str | None, view: View, *, releases: bool = False
+    ) -> Handle:
         c = self.clients[client]
-        if self.kind == "lock":
+        kind = self.kind
+        if kind == "mixed":
+            # Each call through the next kind: a holder re-enters and unlocks through
+            # another kind than it acquired with, and its waiters are of all kinds. A call
+            # that ``releases`` never goes through a SpinLock: it publishes nothing (as
+            # Redisson's), so another client's subscribed waiter would wait out the lease.
+            self.handles += 1
+            kinds: tuple[Kind, ...] = ("lock", "fenced") if releases else ("lock", "fenced", "spin")
+            kind = kinds[self.handles % len(kinds)]
+        if kind == "lock":
             return c.lock(self.name, owner=owner)
-        if self.kind == "fair":
+        if kind == "fair":
             return c.fair_lock(self.name, owner=owner)
-        if self.kind == "fenced":
+        if kind == "fenced":
             return c.fenced_lock(self.name, owner=owner)
-        if self.kind == "spin":
+        if kind == "spin":
             return c.spin_lock(self.name, owner=owner)
         if self.kind == "frw":
             frw = c.fair_read_write_lock(self.name, owner=owner)
@@ -466,6 +483,8 @@ class _Machine(RuleBasedStateMachine):
         return next(a for a in self.actors[client] if not avoid or a not in avoid)
 
     def call_fn(self, handle: Handle, kind: OpKind) -> Callable[[], Awaitable[Any]]:
+        if isinstance(handle, aiolock.FencedLock) and kind in {"lock", "try0", "trywait"}:
+            return self._fenced_call(handle, kind)
         if kind == "lock":
             return handle.lock
         if kind == "try0":
@@ -476,11 +495,29 @@ class _Machine(RuleBasedStateMachine):
             return handle.unlock
         return handle.force_unlock
 
+    def _fenced_call(
+        self, handle: aiolock.FencedLock, kind: OpKind
+    ) -> Callable[[], Awaitable[bool | None]]:
+        """A fenced acquire through the token methods; its token is kept for the checks."""
+
+        async def acquire() -> bool | None:
+            if kind == "lock":
+                self.tokens.append(await handle.lock_and_get_token())
+                return None
+            token = await handle.try_lock_and_get_token(0 if kind == "try0" else WAIT)
+            if token is not None:
+                self.tokens.append(token)
+            return token is not None
+
+        return acquire
+
     def submit(self, actor: Actor, op: Op) -> Call:
         client, _, owner = self.holder_of(op.holder)
         if op.kind != "force":
             self.touched.add(op.holder)
-        return actor.submit(self.call_fn(self.handle(client, owner, op.view), op.kind))
+        releases = op.kind in {"unlock", "force"}
+        handle = self.handle(client, owner, op.view, releases=releases)
+        return actor.submit(self.call_fn(handle, op.kind))
 
     def log(self, line: str) -> None:
         """Note ``line`` for hypothesis's report, and keep it for this example's trace."""
@@ -739,7 +776,7 @@ class _Machine(RuleBasedStateMachine):
     async def _cancel_in_with(self, actor: Actor, op: Op, k: int, again: int | None) -> None:
         options = self.model.outcomes(op)
         client, _, owner = self.holder_of(op.holder)
-        handle = self.handle(client, owner, op.view)
+        handle = self.handle(client, owner, op.view, releases=True)
         entered = asyncio.Event()
 
         async def block() -> None:
@@ -1063,12 +1100,25 @@ class _Machine(RuleBasedStateMachine):
         assert kind == "value", f"checks by {actor.label} raised {value!r}"
         return cast("dict[Field, tuple[int, int, int]]", value)
 
+    def _check_tokens(self) -> None:
+        """Every fenced acquisition of the step took its own token, larger than any before."""
+        tokens, self.tokens = self.tokens, []
+        assert all(type(t) is int for t in tokens), f"fenced acquisitions answered {tokens}"
+        assert len(set(tokens)) == len(tokens), f"one token given twice: {tokens}"
+        assert all(t > self.top_token for t in tokens), (
+            f"tokens {tokens} not above {self.top_token}, the largest of the steps before"
+        )
+        self.top_token = max([self.top_token, *tokens])
+        if tokens:
+            self.log(f"tokens: {sorted(tokens)}")
+
     @invariant()
     def agrees_with_model(self) -> None:
         RUNS[self.kind]["steps"] += 1
         self.run(self._check())
 
     async def _check(self) -> None:
+        self._check_tokens()
         await self._quiesce()
         snap = await self._snapshot()
         model = self.model
@@ -1136,6 +1186,14 @@ class SpinLockMachine(_Machine):
     views = ("x",)
 
 
+class MixedLockMachine(_Machine):
+    """One name through Lock, FencedLock and SpinLock handles in turn: hand-overs between
+    kinds (a fenced waiter never takes one: every fenced acquisition has its token)."""
+
+    kind = "mixed"
+    views = ("x",)
+
+
 # -- the tests -------------------------------------------------------------------------------
 
 
@@ -1175,6 +1233,7 @@ def settings_for(request: pytest.FixtureRequest) -> settings:
         FairReadWriteLockMachine,
         FencedLockMachine,
         SpinLockMachine,
+        MixedLockMachine,
     ],
     ids=[
         "lock",
@@ -1183,6 +1242,7 @@ def settings_for(request: pytest.FixtureRequest) -> settings:
         "fair_read_write_lock",
         "fenced_lock",
         "spin_lock",
+        "mixed_locks",
     ],
 )
 def test_model(

@@ -22,6 +22,7 @@ from .conftest import ClientFactory
 from .helpers import (
     Gate,
     gated_redis,
+    quiesce,
     subscribe_confirmed,
     subscriptions_confirmed,
     wait_until,
@@ -1222,3 +1223,51 @@ def test_invalid_arguments(client: aiolock.Client, bad: Any) -> None:
         client.read_write_lock(bad)
     with pytest.raises((TypeError, ValueError)):
         client.read_write_lock("x", owner=bad)
+
+
+async def _cut_off_read_unlock(reader: aiolock.ReadLock, gate: Gate) -> None:
+    """``reader.unlock()`` cut off by a timeout once its script is sent (its reply held),
+    in the calling task."""
+    gate.arm("rw_read_release")
+
+    async def unlock_until_cut() -> None:
+        async with asyncio.timeout(None) as cut:
+
+            async def cut_when_sent() -> None:
+                await gate.sent.wait()
+                cut.reschedule(asyncio.get_running_loop().time())
+
+            watcher = asyncio.create_task(cut_when_sent())
+            try:
+                await reader.unlock()
+            finally:
+                await watcher
+
+    with pytest.raises(TimeoutError):
+        await unlock_until_cut()
+
+
+@pytest.mark.parametrize("reads", [1, 2])
+async def test_write_lock_after_a_cut_off_read_unlock_waits_for_it(
+    gated: tuple[aiolock.Client, Gate], raw: Redis, name: str, reads: int
+) -> None:
+    """A read unlock() cut off by a timeout finishes in the background. The same task's
+    write lock() then waits its turn: it gets in once the last read hold is gone (it used
+    to raise LockUpgradeError at once), and is refused as an upgrade if one remains."""
+    client, gate = gated
+    lock = rw(client, name)
+    reader, writer = lock.read_lock(), lock.write_lock()
+    for _ in range(reads):
+        await reader.lock()
+    await _cut_off_read_unlock(reader, gate)
+    if reads == 1:
+        await writer.lock()
+        assert (await raw.hgetall(name))["mode"] == "write"
+        await writer.unlock()
+    else:
+        with pytest.raises(aiolock.LockUpgradeError):
+            await writer.lock()
+        assert reader.statistics().hold_count == 1
+        await reader.unlock()
+    await quiesce(client)
+    assert await raw.exists(name) == 0

@@ -126,6 +126,7 @@ def faults(session: nox.Session, redis_py: str) -> None:
         *sweeps,
         "tests/test_misuse.py",
         "tests/test_validation.py",
+        "tests/test_lost_messages.py",
         *pytest_args,
     )
 

@@ -10,7 +10,8 @@ commands (redis-py sends arrays of bulk strings), the server->client stream into
 (framed here, decoded by hiredis), and the n-th reply of a connection answers its n-th
 command. RESP3 push messages answer nothing and pass through. A connection that sends
 SUBSCRIBE (or any pub/sub or MONITOR command) is a pub/sub connection: its replies no longer
-pair with commands, so from then on they are forwarded untouched.
+pair with commands, so from then on they are forwarded as they come, but for the messages a
+``drop_messages()`` rule takes.
 
 Usage::
 
@@ -31,10 +32,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import ipaddress
 import urllib.parse
 from collections import Counter, deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Final, Literal, Self
@@ -47,6 +49,7 @@ __all__ = [
     "Blackhole",
     "Delay",
     "Drop",
+    "DropMessage",
     "FaultProxy",
     "Match",
     "ProtocolError",
@@ -322,6 +325,64 @@ class Delay(Rule):
                 await self._released.wait()
 
 
+#: What a pub/sub connection gets when something is published to a channel it listens to.
+_PUBLISHED: Final = ("message", "smessage", "pmessage")
+
+
+class DropMessage(Rule):
+    """Drops what the server sends a pub/sub connection that ``match`` picks, ``times`` times
+    (``None``: until removed), then stops matching.
+
+    ``match`` is called with the words of each message a pub/sub connection receives (a
+    RESP2 array or a RESP3 push): its kind (``b"message"``, ``b"smessage"``, ``b"pmessage"``,
+    ``b"subscribe"``, ...) then its items, so ``[b"message", channel, payload]``. ``count``
+    and ``words`` tell the messages dropped; ``dropped`` is set at the first (``received``
+    too: the events of a command, ``forwarded`` and ``executed``, are never set). The rule
+    lives in a list of its own: commands never reach it.
+    """
+
+    def __init__(self, proxy: FaultProxy, match: Match, times: int | None) -> None:
+        super().__init__(proxy, match)
+        self.times = times
+        self.dropped = asyncio.Event()
+
+    @property
+    def active(self) -> bool:
+        return self in self._proxy._message_drops
+
+    def remove(self) -> None:
+        with contextlib.suppress(ValueError):
+            self._proxy._message_drops.remove(self)
+
+    def _drops(self, words: list[bytes]) -> bool:
+        if not self.match(words):
+            return False
+        self._matched(words)
+        self.dropped.set()
+        if self.times is not None and self.count >= self.times:
+            self.remove()
+        return True
+
+
+def _message_match(channel: str | Callable[[bytes], bool], kinds: Iterable[str]) -> Match:
+    """Match messages of ``kinds`` on a channel: a glob pattern (``fnmatch``) or a predicate."""
+    wanted = frozenset(kind.lower().encode() for kind in kinds)
+    picks = (
+        (lambda name: fnmatch.fnmatchcase(name, channel.encode()))
+        if isinstance(channel, str)
+        else channel
+    )
+
+    def match(words: Words) -> bool:
+        if len(words) < 2 or words[0].lower() not in wanted:
+            return False
+        # A pattern subscription's message names the pattern, then the channel.
+        at = 2 if words[0].lower() == b"pmessage" else 1
+        return len(words) > at and picks(words[at])
+
+    return match
+
+
 class Blackhole:
     """Discards everything the server sends on pub/sub connections while active."""
 
@@ -391,6 +452,7 @@ class _Link:
         self.aborted = False  # close without flushing (a kill, a reset)
         self.killed = False  # abort() ran: its task is cancelled once, not per call
         self.decoder = hiredis.Reader(notEnoughData=_INCOMPLETE)
+        self.raw_buf = b""  # the start of an unpaired reply not complete yet
         self.task: asyncio.Task[None] | None = None
 
     def abort(self) -> None:
@@ -595,6 +657,19 @@ class _Link:
         return reply
 
     async def _send_raw(self, data: bytes) -> None:
+        # Whole replies only, so that a message can be told and dropped (a client cannot
+        # read part of one sooner anyway).
+        buf = self.raw_buf + data
+        out = bytearray()
+        pos = 0
+        while (end := reply_end(buf, pos)) is not None:
+            if not self._message_dropped(buf[pos:end]):
+                out += buf[pos:end]
+            pos = end
+        self.raw_buf = buf[pos:]
+        data = bytes(out)
+        if not data:
+            return
         holes = self.proxy._blackholes
         if not holes:
             await self._send_down(data)
@@ -602,6 +677,17 @@ class _Link:
         for hole in holes:
             hole.bytes_swallowed += len(data)
             hole.swallowed.set()
+
+    def _message_dropped(self, frame: bytes) -> bool:
+        """Whether a :class:`DropMessage` takes this pub/sub message."""
+        drops = self.proxy._message_drops
+        if not drops:
+            return False
+        reply = self._decode(frame)
+        if not isinstance(reply, list):  # a PONG, MONITOR's lines
+            return False
+        words = [w if isinstance(w, bytes) else str(w).encode() for w in reply]
+        return any(drop._drops(words) for drop in list(drops))
 
 
 def _not_run(reply: object) -> bool:
@@ -655,6 +741,7 @@ class FaultProxy:
         self._tasks: set[asyncio.Task[None]] = set()
         self._rules: list[Rule] = []
         self._blackholes: list[Blackhole] = []
+        self._message_drops: list[DropMessage] = []
         self._flowing = asyncio.Event()
         self._flowing.set()
         self._cut_links: set[_Link] = set()
@@ -781,6 +868,27 @@ class FaultProxy:
         hole = Blackhole(self)
         self._blackholes.append(hole)
         return hole
+
+    def drop_messages(
+        self,
+        channel: str | Callable[[bytes], bool],
+        *,
+        times: int | None = 1,
+        kinds: Iterable[str] = _PUBLISHED,
+    ) -> DropMessage:
+        """Drop what pub/sub connections receive on ``channel``, ``times`` times (``None``:
+        until ``remove()``).
+
+        ``channel`` is a glob pattern (``"lock__channel:{name}*"``) or a predicate on the
+        channel's name (bytes). ``kinds`` are the kinds of message taken: what is published
+        by default; ``("subscribe",)`` loses the server's confirmations instead. See
+        :class:`DropMessage`.
+        """
+        if times is not None and times < 1:
+            raise ValueError(f"times must be >= 1 or None, not {times!r}")
+        drop = DropMessage(self, _message_match(channel, kinds), times)
+        self._message_drops.append(drop)
+        return drop
 
     def cut(self) -> None:
         """Partition: nothing passes on any connection, either way, until :meth:`restore`.

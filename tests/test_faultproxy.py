@@ -461,3 +461,79 @@ async def test_a_stream_that_is_not_resp_fails_the_test(redis_url: str) -> None:
 
     with pytest.raises(ProtocolError):
         await garble()
+
+
+@pytest.mark.parametrize("protocol", [2, 3])
+async def test_drop_messages_on_a_channel(
+    proxy: FaultProxy, connect: Connect, raw: Redis, uid: str, protocol: int
+) -> None:
+    """RESP2 arrays and RESP3 pushes alike: only the channel's messages, ``times`` times."""
+    lost, kept = f"{uid}:lost", f"{uid}:kept"
+    pubsub = connect(socket_timeout=10, protocol=protocol).pubsub()
+
+    async def message() -> tuple[str, str, str | int]:
+        while (got := await pubsub.get_message(timeout=5)) is None:
+            pass
+        return got["type"], got["channel"], got["data"]
+
+    await pubsub.subscribe(lost, kept)
+    assert [await message(), await message()] == [("subscribe", lost, 1), ("subscribe", kept, 2)]
+    drop = proxy.drop_messages(f"{uid}:l*", times=2)
+    for data in ("one", "two"):
+        assert await raw.publish(lost, data) == 1  # the server sent it
+        assert await raw.publish(kept, data) == 1
+        assert await message() == ("message", kept, data)
+    await drop.dropped.wait()
+    assert (drop.count, drop.words, drop.active) == (2, [b"message", lost.encode(), b"two"], False)
+    assert await raw.publish(lost, "three") == 1  # two taken: this one goes through
+    assert await message() == ("message", lost, "three")
+    await pubsub.unsubscribe(lost, kept)
+    assert {await message(), await message()} == {
+        ("unsubscribe", lost, 1),
+        ("unsubscribe", kept, 0),
+    }
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def test_drop_messages_until_removed_by_predicate_and_pattern_messages(
+    proxy: FaultProxy, connect: Connect, raw: Redis, uid: str
+) -> None:
+    channel = f"{uid}:channel"
+    pubsub = connect(socket_timeout=10).pubsub()
+
+    async def message() -> tuple[str, str | int]:
+        while (got := await pubsub.get_message(timeout=5)) is None:
+            pass
+        return got["type"], got["data"]
+
+    await pubsub.psubscribe(f"{uid}:*")
+    assert await message() == ("psubscribe", 1)
+    with proxy.drop_messages(lambda name: name == channel.encode(), times=None) as drop:
+        for data in ("one", "two", "three"):
+            assert await raw.publish(channel, data) == 1
+        await wait_until(lambda: drop.count == 3)
+        assert drop.words == [b"pmessage", f"{uid}:*".encode(), channel.encode(), b"three"]
+        assert proxy._message_drops == [drop]  # still active
+    assert not drop.active
+    assert await raw.publish(channel, "four") == 1
+    assert await message() == ("pmessage", "four")
+    await pubsub.punsubscribe(f"{uid}:*")
+    assert await message() == ("punsubscribe", 0)
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+
+async def test_drop_messages_of_other_kinds_a_subscribe_confirmation(
+    proxy: FaultProxy, connect: Connect, uid: str
+) -> None:
+    channel = f"{uid}:channel"
+    pubsub = connect(socket_timeout=10).pubsub()
+    drop = proxy.drop_messages(channel, kinds=("subscribe",))
+    await pubsub.subscribe(channel)
+    await drop.dropped.wait()  # the server subscribed it; the client never hears so
+    await pubsub.unsubscribe(channel)
+    while (got := await pubsub.get_message(timeout=5)) is None:
+        pass
+    assert (got["type"], got["data"]) == ("unsubscribe", 0)
+    await pubsub.aclose()  # type: ignore[no-untyped-call]
+    with pytest.raises(ValueError, match="times"):
+        proxy.drop_messages(channel, times=0)

@@ -45,13 +45,15 @@ _MAX_BACKOFF = 1.0
 
 
 class _Channel:
-    __slots__ = ("confirmed", "linger", "moved", "name", "refs")
+    __slots__ = ("confirmed", "linger", "moved", "name", "refs", "sent_on")
 
     def __init__(self, name: str) -> None:
         self.name = name
         self.refs = 0
         self.linger: asyncio.TimerHandle | None = None
         self.confirmed = asyncio.Event()
+        # The generation of the wire its latest SUBSCRIBE went out on (None: not yet).
+        self.sent_on: int | None = None
         # Its cluster slot left this server: whoever holds it subscribes anew, elsewhere.
         self.moved = False
 
@@ -135,6 +137,9 @@ class Dispatcher:
         # queue of what was sent tells a reply to an old SUBSCRIBE from the current one.
         self._sent: dict[str, deque[bool]] = {}
         self._wire: Wire | None = None
+        # Bumped for each wire taken into use: tells a subscription sent on the current
+        # wire from one the reconnect has since sent again.
+        self._generation = 0
         # Set when the current wire ends (the reader task waits on it).
         self._ended: asyncio.Future[Exception] | None = None
         self._proven = False
@@ -207,6 +212,8 @@ class Dispatcher:
         if wire is None:
             return
         self._sent.setdefault(name, deque()).append(subscribe)
+        if subscribe:
+            self._channels[name].sent_on = self._generation
         wire.write(pack(self._subscribe if subscribe else self._unsubscribe, name))
 
     # The wire's listener: replies and pushes are both messages or confirmations here.
@@ -354,6 +361,9 @@ class Dispatcher:
         self.release(channel)
         if by_caller:
             return None
+        if channel.sent_on == self._generation:
+            # Sent on the wire still in use, which has not answered it in time.
+            self._distrust(name, bound)
         raise RedisTimeoutError(
             f"aiolock: subscription to {name!r} was not confirmed within {bound:g} s "
             "(subscribe_timeout)"
@@ -406,6 +416,7 @@ class Dispatcher:
         self._sent.clear()
         names = list(self._channels)
         self._wire = wire
+        self._generation += 1
         if again:
             self.reconnects += 1
             # Once per attempt: quiet while the server keeps refusing (_refused).
@@ -418,6 +429,7 @@ class Dispatcher:
         if names:
             for name in names:
                 self._sent.setdefault(name, deque()).append(True)
+                self._channels[name].sent_on = self._generation
             if self._sharded:
                 wire.write(b"".join(pack(self._subscribe, name) for name in names))
             else:
@@ -426,6 +438,21 @@ class Dispatcher:
         self._keepalive_timer = asyncio.get_running_loop().call_later(
             self._keepalive_period, self._keepalive
         )
+
+    def _distrust(self, name: str, bound: float) -> None:
+        """Drop the wire on which a SUBSCRIBE went unconfirmed for ``subscribe_timeout``.
+
+        Its replies are paired with what was sent by order alone (``_sent``): one that
+        never came (a middlebox ate it, a server froze) would leave every later
+        confirmation of the channel read as the answer to the command before it, and
+        each later wait fail the same way while the connection lives. A new connection
+        starts the pairing afresh, subscribes every channel and wakes every waiter.
+        """
+        wire = self._wire
+        if wire is not None:
+            wire.close(
+                RedisTimeoutError(f"subscription to {name!r} not confirmed within {bound:g} s")
+            )
 
     def _refused(self, exc: ResponseError) -> None:
         """The server refused a reader command: most likely SUBSCRIBE, denied by an ACL.

@@ -41,6 +41,7 @@ from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
 from ._primitive import Call, Outcome
 from ._replies import AcquireReply, Release, decode_force, decode_release, script_error
+from ._scripts import refused
 
 if TYPE_CHECKING:
     from ._background import Background
@@ -69,6 +70,9 @@ _RECHECK = 5.0
 # A refused login is a ConnectionError to redis-py, but the command never ran: there is
 # nothing to complete or undo, and resending cannot succeed.
 _REFUSED = (AuthenticationError,)
+# The longest pause between two sends of an acquire that the server refused for a state
+# that passes (a slot migration, a cluster restart): Redisson resends TRYAGAIN 1 s apart.
+_BACKOFF_CAP = 1.0
 
 
 def _cut_off(exc: BaseException) -> bool:
@@ -497,20 +501,21 @@ class Engine:
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._request_id())
             try:
-                raw, acked = await self._runner.run_acked(*p.acquire(call, target, tombstone))
+                raw, acked = await self._sent(call, p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)
-            except ResponseError as exc:
-                # The script failed before it changed anything: nothing to roll back.
-                ticket.release()
-                raise script_error(p.name, p.key, exc) from exc
             except _REFUSED:
                 ticket.release()
                 raise
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, ResponseError) and not refused(exc):
+                    # The script failed before it changed anything: nothing to roll back.
+                    ticket.release()
+                    raise script_error(p.name, p.key, exc) from exc
                 # Cancelled (or cut off) with the script in flight: it may have taken a
                 # hold that nobody will ever release. Give it back in the background, in
                 # this holder's turn; were the server unreachable until the lease ends,
-                # that hold ends with it.
+                # that hold ends with it. So too when the server refused it past the
+                # retries (TRYAGAIN, OOM...): an earlier send that timed out may have run.
                 self._undo_later(p, ticket, call, target, tombstone)
                 raise
             if reply.acquired and acked is not None and acked < self.settings.replica_acks:
@@ -544,6 +549,34 @@ class Engine:
             return reply
         ticket.release()
         return reply
+
+    async def _sent(self, call: Call, invocation: Invocation) -> tuple[Any, int | None]:
+        """Run an acquire script; resend it while the server refuses it for a passing state.
+
+        The states: TRYAGAIN in a slot migration, CLUSTERDOWN in a restart, MASTERDOWN,
+        LOADING, BUSY. Resent with a growing pause, within the call's wait (forever with
+        none). A call that does not wait (``wait=0``) gets the refusal after the client's own
+        retries. Each resend is the same command: it counts once whatever an earlier send
+        did (the target count), and its tombstone voids it all for a rollback.
+        """
+        runner = self._runner
+        pause = self.settings.retry_interval
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return await runner.run_acked(*invocation)
+            except Exception as exc:
+                if call.wait == 0 or not (refused(exc) and runner.transient(exc)):
+                    raise
+                sleep = pause
+                if call.deadline is not None:
+                    sleep = min(sleep, call.deadline - loop.time())
+                    if sleep <= 0:
+                        raise
+                log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)
+            await asyncio.sleep(sleep)
+            self.check_open()
+            pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)
 
     def _after_stale(self, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
         """Believe the server's count of the holder's holds after a stale reply.
@@ -675,18 +708,19 @@ class Engine:
         try:
             result = decode_release(await self._runner.run(*invocation))
         except BaseException as exc:
-            if _cut_off(exc):
+            if _cut_off(exc) or refused(exc):
                 if hold is not None and not isinstance(exc, asyncio.CancelledError):
                     # Not renewed from now on: should the release never land, the lock
                     # then runs out with its lease instead of staying held by nobody's
                     # knowledge.
                     self._renewal.untrack(hold)
                 # Cancelled with the script in flight, or no answer within the retries:
-                # the release may or may not have happened. Finish it in the background (a
-                # resend with the same latch never releases twice), so the bookkeeping
-                # follows the server's answer and no hold is left held, and renewed, that
-                # nobody tracks. The caller still sees its error (the contract leaves
-                # connection errors be).
+                # the release may or may not have happened; or the server refused it past
+                # the retries (BUSY, TRYAGAIN, OOM...: not run). Finish it in the
+                # background (a resend with the same latch never releases twice), so the
+                # bookkeeping follows the server's answer and no hold is left held, and
+                # renewed, that nobody tracks. The caller still sees its error (the
+                # contract leaves connection errors be).
                 self._background.complete(
                     ticket,
                     self._finish_release(
@@ -1141,6 +1175,7 @@ class Engine:
     ) -> tuple[T] | None:
         """Resend an idempotent ``call`` until the server answers, as a 1-tuple.
 
+        A refusal (BUSY, TRYAGAIN, OOM...: the command was not run) is no answer either.
         None once ``give_up_ms`` have passed without an answer (a lease that long has run
         out by then), once the client's resend window is over (every latch and tombstone
         outlives it, so no resend can count twice) or once the client closed.
@@ -1153,13 +1188,16 @@ class Engine:
             except _REFUSED as exc:
                 log.warning("aiolock: could not %s: %s", what, exc)
                 return None
-            except _UNANSWERED as exc:
+            except Exception as exc:
+                if not (isinstance(exc, _UNANSWERED) or refused(exc)):
+                    raise
                 if on_unanswered is not None:
                     on_unanswered()
                 if self.closed or loop.time() >= give_up_at:
                     log.warning(
-                        "aiolock: could not %s: the server did not answer (%s); %s",
+                        "aiolock: could not %s: the server %s (%r); %s",
                         what,
+                        "refused it" if refused(exc) else "did not answer",
                         exc,
                         lost,
                     )

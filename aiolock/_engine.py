@@ -566,7 +566,7 @@ class Engine:
             try:
                 return await runner.run_acked(*invocation)
             except Exception as exc:
-                if call.wait == 0 or not (refused(exc) and runner.transient(exc)):
+                if call.wait == 0 or not runner.passing(exc):
                     raise
                 sleep = pause
                 if call.deadline is not None:

@@ -60,10 +60,15 @@ _REFUSALS: tuple[type[Exception], ...] = (
     OutOfMemoryError,
 )
 # The refusals of a server state that passes by itself (a slot migration, a cluster or a
-# replica catching up, a load from disk), retried: OOM and READONLY (outside Sentinel,
-# whose topology adds it) say the server is full or not a primary, which waiting rarely
-# cures. LOADING is redis-py's ConnectionError, retried as one.
-_PASSING: tuple[type[Exception], ...] = (TryAgainError, ClusterDownError, MasterDownError)
+# replica catching up, a load from disk; BUSY too): an acquire with a wait rides them out.
+# OOM and READONLY (outside Sentinel, whose topology adds it) say the server is full or
+# not a primary, which waiting rarely cures: they get the retries of every call only.
+_PASSING: tuple[type[Exception], ...] = (
+    TryAgainError,
+    ClusterDownError,
+    MasterDownError,
+    BusyLoadingError,
+)
 
 
 def _busy(exc: BaseException) -> bool:
@@ -122,6 +127,7 @@ class ScriptRunner:
     """
 
     __slots__ = (
+        "_passing",
         "_resend",
         "_retry_attempts",
         "_retry_interval",
@@ -150,12 +156,14 @@ class ScriptRunner:
         self._route = topology.route
         self._retry_attempts = retry_attempts
         self._retry_interval = retry_interval
+        # Every refusal is retried (the command did not run, so the resend is safe).
         self._transient: tuple[type[Exception], ...] = (
             RedisConnectionError,
             RedisTimeoutError,
-            *_PASSING,
+            *_REFUSALS,
             *topology.transient,
         )
+        self._passing: tuple[type[Exception], ...] = (*_PASSING, *topology.transient)
         # What a send may get that a send again (maybe elsewhere) can cure; every error
         # reply, for BUSY has no class (``_retrying`` raises the rest at once).
         self._resend: tuple[type[Exception], ...] = (*self._transient, ResponseError)
@@ -163,6 +171,10 @@ class ScriptRunner:
     def transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` is an error that a later send may not get (retried here)."""
         return isinstance(exc, self._transient) or _busy(exc)
+
+    def passing(self, exc: BaseException) -> bool:
+        """Whether ``exc`` refused a command for a server state that passes by itself."""
+        return isinstance(exc, self._passing) or _busy(exc)
 
     def shard(self, key: str) -> int:
         """Keys of one shard may share a multi-key command (one cluster slot)."""

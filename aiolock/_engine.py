@@ -62,7 +62,8 @@ log = logging.getLogger("aiolock")
 T = TypeVar("T")
 
 # The server did not answer (after the client's own retries): the call may or may not have
-# taken effect. Background completions resend through these; anything else is an answer.
+# taken effect. Background completions resend through these and through refusals (BUSY,
+# TRYAGAIN, OOM...: ``_scripts.refused``, the command did not run); the rest is an answer.
 _UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
 # A wait for a semaphore or a latch re-reads the state at least this often (seconds): a
 # lost message then costs at most this much latency. Their state has no lease to bound by.

@@ -999,11 +999,13 @@ class Engine:
         invocation = invocation_for(latch)
         try:
             reply = await self._runner.run(*invocation)
-        except ResponseError as exc:
-            raise script_error(w.name, w.key, exc) from exc
         except BaseException as exc:
-            if _cut_off(exc):
+            # Refused past the retries (BUSY, TRYAGAIN...), an earlier send may yet have
+            # run (a timeout): finished in the background too, its latch replaying it.
+            if _cut_off(exc) or refused(exc):
                 self._background.spawn(self._finish_change(w, invocation, latch, what))
+            elif isinstance(exc, ResponseError):
+                raise script_error(w.name, w.key, exc) from exc
             raise
         self._latches.add(latch)
         return reply
@@ -1056,11 +1058,12 @@ class Engine:
 
             try:
                 outcome = decode(await self._runner.run(*invocation))
-            except ResponseError as exc:
-                raise script_error(w.name, w.key, exc) from exc
             except _REFUSED:
                 raise
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, ResponseError) and not refused(exc):
+                    raise script_error(w.name, w.key, exc) from exc
+                # Cut off, or refused past the retries after a send that may have run.
                 undo()
                 raise
             if self.closed or cancelled_since(mark):

@@ -50,6 +50,7 @@ _QUICK_CODES = {
     # Each waits out a socket timeout (the acquire's reply dropped); the sweep's rollback
     # site covers CLUSTERDOWN and READONLY too.
     "test_rollback_refused_is_resent": ["BUSY", "OOM"],
+    "test_semaphore_release_refused_past_the_retries_is_made_once": ["MASTERDOWN"],
     # c02's BUSY and b03's TRYAGAIN: each waits for a lease to end.
     "test_release_refused_for_good_is_reported_and_its_lease_ends": ["BUSY", "TRYAGAIN"],
 }
@@ -409,22 +410,44 @@ async def test_cancel_sweep_with_refusals(  # noqa: PLR0917 - fixtures
     pause, the call raises CancelledError and Redis holds exactly what the client believes;
     untouched, it does its job."""
     code, site, spec = sweep_case
-    full = _full(request.config)
     a = aiolock.Client.from_url(
         proxy.url + FAST, retry_attempts=RETRIES, retry_interval=0.001, watchdog_timeout=6
     )
     try:
-        proxy.refuse(first_sends(script(f"{_SCRIPTS[spec.kind]}_{site}")), code)
+        refuse = proxy.refuse(first_sends(script(f"{_SCRIPTS[spec.kind]}_{site}")), code)
         sweep = Sweep(spec, a, make_client(), raw, name)
-        result = await sweep.run(k_schedule(full=full))
+        # Every k up to 40, then sparse, even with --faults: the cross product of refusals,
+        # sites, lock types and calls is the full sweep's breadth (every k would take 4x).
+        result = await sweep.run(k_schedule(full=False))
     finally:
         await a.aclose()
     _record(code, result, request.node.user_properties)
     if result.violations:
         raise AssertionError(result.report()) from result.crash
+    assert refuse.count > 0, f"no {site} script was refused: the sweep missed its site"
 
 
 def test_the_refusals_are_error_replies() -> None:
     """Each refusal is an error reply redis-py classes as an error (BUSY: a ResponseError)."""
     for code in CODES:
         assert issubclass(_expected(code), RedisError), code
+
+
+# -- the counting objects -------------------------------------------------------------------
+
+
+async def test_semaphore_release_refused_past_the_retries_is_made_once(
+    code: str, proxy: FaultProxy, refused_client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A semaphore's release() refused past the retries raises the refusal and is made in
+    the background once the server answers: exactly once (its latch)."""
+    sem = refused_client.semaphore(name)
+    assert await sem.try_set_permits(1)
+    assert await sem.try_acquire()
+    refuse = proxy.refuse(script("semaphore_add"), code, times=2 * (RETRIES + 1))
+    with pytest.raises(_expected(code)):
+        await sem.release()
+    await quiesce(refused_client)
+    assert refuse.count == 2 * (RETRIES + 1)
+    assert await raw.get(name) == "1"
+    await raw.delete(name)

@@ -105,8 +105,8 @@ def compat(session: nox.Session, redis_py: str, wire: str) -> None:
 @nox.parametrize(("python", "redis_py"), [(PYTHONS[0], "lowest"), (PYTHONS[-1], "highest")])
 def faults(session: nox.Session, redis_py: str) -> None:
     """The fault-injection suite (tests/faults), the full cancellation sweep (one server and
-    cluster, and with every error reply) and the misuse tests; one line per scenario. On the oldest Python with the
-    lowest redis-py, and on the newest with the highest.
+    cluster, and with every error reply) and the misuse tests; one line per scenario. On the
+    oldest Python with the lowest redis-py, and on the newest with the highest.
 
     ``AIOLOCK_FULL_SWEEP=0`` leaves the full sweep out (CI's run on a second server: the
     sweep checks the client's cancellation paths, which do not depend on the server, and

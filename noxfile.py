@@ -105,8 +105,8 @@ def compat(session: nox.Session, redis_py: str, wire: str) -> None:
 @nox.parametrize(("python", "redis_py"), [(PYTHONS[0], "lowest"), (PYTHONS[-1], "highest")])
 def faults(session: nox.Session, redis_py: str) -> None:
     """The fault-injection suite (tests/faults), the full cancellation sweep (one server and
-    cluster) and the misuse tests; one line per scenario. On the oldest Python with the
-    lowest redis-py, and on the newest with the highest.
+    cluster, and with every error reply) and the misuse tests; one line per scenario. On the
+    oldest Python with the lowest redis-py, and on the newest with the highest.
 
     ``AIOLOCK_FULL_SWEEP=0`` leaves the full sweep out (CI's run on a second server: the
     sweep checks the client's cancellation paths, which do not depend on the server, and
@@ -116,7 +116,12 @@ def faults(session: nox.Session, redis_py: str) -> None:
     _install_redis_py(session, redis_py)
     # The scenarios alone: their workers' load and figures must not share the cores.
     session.run("pytest", "--faults", "tests/faults", *pytest_args)
-    sweeps = ["tests/test_cancel_sweep.py", "tests/test_cluster_cancel_sweep.py"]
+    sweeps = [
+        "tests/test_cancel_sweep.py",
+        "tests/test_cluster_cancel_sweep.py",
+        # Every refusal (BUSY, TRYAGAIN, ...) at every call site, swept.
+        "tests/test_error_replies.py",
+    ]
     if os.environ.get("AIOLOCK_FULL_SWEEP", "1") == "0":
         sweeps = []
     session.run(

@@ -42,6 +42,7 @@ from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
 from ._primitive import Call, Outcome
 from ._replies import AcquireReply, Release, decode_force, decode_release, script_error
+from ._scripts import refused
 
 if TYPE_CHECKING:
     from ._affinity import Affinity
@@ -63,7 +64,8 @@ log = logging.getLogger("aiolock")
 T = TypeVar("T")
 
 # The server did not answer (after the client's own retries): the call may or may not have
-# taken effect. Background completions resend through these; anything else is an answer.
+# taken effect. Background completions resend through these and through refusals (BUSY,
+# TRYAGAIN, OOM...: ``_scripts.refused``, the command did not run); the rest is an answer.
 _UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
 # A wait for a semaphore or a latch re-reads the state at least this often (seconds): a
 # lost message then costs at most this much latency. Their state has no lease to bound by.
@@ -71,6 +73,9 @@ _RECHECK = 5.0
 # A refused login is a ConnectionError to redis-py, but the command never ran: there is
 # nothing to complete or undo, and resending cannot succeed.
 _REFUSED = (AuthenticationError,)
+# The longest pause between two sends of an acquire that the server refused for a state
+# that passes (a slot migration, a cluster restart): Redisson resends TRYAGAIN 1 s apart.
+_BACKOFF_CAP = 1.0
 
 
 def _cut_off(exc: BaseException) -> bool:
@@ -511,20 +516,21 @@ class Engine:
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._request_id())
             try:
-                raw, acked = await self._runner.run_acked(*p.acquire(call, target, tombstone))
+                raw, acked = await self._sent(call, p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)
-            except ResponseError as exc:
-                # The script failed before it changed anything: nothing to roll back.
-                ticket.release()
-                raise script_error(p.name, p.key, exc) from exc
             except _REFUSED:
                 ticket.release()
                 raise
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, ResponseError) and not refused(exc):
+                    # The script failed before it changed anything: nothing to roll back.
+                    ticket.release()
+                    raise script_error(p.name, p.key, exc) from exc
                 # Cancelled (or cut off) with the script in flight: it may have taken a
                 # hold that nobody will ever release. Give it back in the background, in
                 # this holder's turn; were the server unreachable until the lease ends,
-                # that hold ends with it.
+                # that hold ends with it. So too when the server refused it past the
+                # retries (TRYAGAIN, OOM...): an earlier send that timed out may have run.
                 self._undo_later(p, ticket, call, target, tombstone)
                 raise
             if reply.acquired and acked is not None and acked < self.settings.replica_acks:
@@ -570,6 +576,34 @@ class Engine:
             self._won(p, call, reply.count, token=reply.token)
         finally:
             ticket.release()
+
+    async def _sent(self, call: Call, invocation: Invocation) -> tuple[Any, int | None]:
+        """Run an acquire script; resend it while the server refuses it for a passing state.
+
+        The states: TRYAGAIN in a slot migration, CLUSTERDOWN in a restart, MASTERDOWN,
+        LOADING, BUSY. Resent with a growing pause, within the call's wait (forever with
+        none). A call that does not wait (``wait=0``) gets the refusal after the client's own
+        retries. Each resend is the same command: it counts once whatever an earlier send
+        did (the target count), and its tombstone voids it all for a rollback.
+        """
+        runner = self._runner
+        pause = self.settings.retry_interval
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return await runner.run_acked(*invocation)
+            except Exception as exc:
+                if call.wait == 0 or not runner.passing(exc):
+                    raise
+                sleep = pause
+                if call.deadline is not None:
+                    sleep = min(sleep, call.deadline - loop.time())
+                    if sleep <= 0:
+                        raise
+                log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)
+            await asyncio.sleep(sleep)
+            self.check_open()
+            pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)
 
     def _after_stale(self, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
         """Believe the server's count of the holder's holds after a stale reply.
@@ -701,18 +735,19 @@ class Engine:
         try:
             result = decode_release(await self._runner.run(*invocation))
         except BaseException as exc:
-            if _cut_off(exc):
+            if _cut_off(exc) or refused(exc):
                 if hold is not None and not isinstance(exc, asyncio.CancelledError):
                     # Not renewed from now on: should the release never land, the lock
                     # then runs out with its lease instead of staying held by nobody's
                     # knowledge.
                     self._renewal.untrack(hold)
                 # Cancelled with the script in flight, or no answer within the retries:
-                # the release may or may not have happened. Finish it in the background (a
-                # resend with the same latch never releases twice), so the bookkeeping
-                # follows the server's answer and no hold is left held, and renewed, that
-                # nobody tracks. The caller still sees its error (the contract leaves
-                # connection errors be).
+                # the release may or may not have happened; or the server refused it past
+                # the retries (BUSY, TRYAGAIN, OOM...: not run). Finish it in the
+                # background (a resend with the same latch never releases twice), so the
+                # bookkeeping follows the server's answer and no hold is left held, and
+                # renewed, that nobody tracks. The caller still sees its error (the
+                # contract leaves connection errors be).
                 self._background.complete(
                     ticket,
                     self._finish_release(
@@ -992,11 +1027,13 @@ class Engine:
         invocation = invocation_for(latch)
         try:
             reply = await self._runner.run(*invocation)
-        except ResponseError as exc:
-            raise script_error(w.name, w.key, exc) from exc
         except BaseException as exc:
-            if _cut_off(exc):
+            # Refused past the retries (BUSY, TRYAGAIN...), an earlier send may yet have
+            # run (a timeout): finished in the background too, its latch replaying it.
+            if _cut_off(exc) or refused(exc):
                 self._background.spawn(self._finish_change(w, invocation, latch, what))
+            elif isinstance(exc, ResponseError):
+                raise script_error(w.name, w.key, exc) from exc
             raise
         self._latches.add(latch)
         return reply
@@ -1049,11 +1086,12 @@ class Engine:
 
             try:
                 outcome = decode(await self._runner.run(*invocation))
-            except ResponseError as exc:
-                raise script_error(w.name, w.key, exc) from exc
             except _REFUSED:
                 raise
-            except BaseException:
+            except BaseException as exc:
+                if isinstance(exc, ResponseError) and not refused(exc):
+                    raise script_error(w.name, w.key, exc) from exc
+                # Cut off, or refused past the retries after a send that may have run.
                 undo()
                 raise
             if self.closed or cancelled_since(mark):
@@ -1173,6 +1211,7 @@ class Engine:
     ) -> tuple[T] | None:
         """Resend an idempotent ``call`` until the server answers, as a 1-tuple.
 
+        A refusal (BUSY, TRYAGAIN, OOM...: the command was not run) is no answer either.
         None once ``give_up_ms`` have passed without an answer (a lease that long has run
         out by then), once the client's resend window is over (every latch and tombstone
         outlives it, so no resend can count twice) or once the client closed.
@@ -1185,13 +1224,16 @@ class Engine:
             except _REFUSED as exc:
                 log.warning("aiolock: could not %s: %s", what, exc)
                 return None
-            except _UNANSWERED as exc:
+            except Exception as exc:
+                if not (isinstance(exc, _UNANSWERED) or refused(exc)):
+                    raise
                 if on_unanswered is not None:
                     on_unanswered()
                 if self.closed or loop.time() >= give_up_at:
                     log.warning(
-                        "aiolock: could not %s: the server did not answer (%s); %s",
+                        "aiolock: could not %s: the server %s (%r); %s",
                         what,
+                        "refused it" if refused(exc) else "did not answer",
                         exc,
                         lost,
                     )

@@ -18,10 +18,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import (
     AskError,
+    BusyLoadingError,
     ClusterDownError,
+    MasterDownError,
     MovedError,
     NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
     RedisError,
+    ResponseError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -37,10 +42,44 @@ if TYPE_CHECKING:
     from ._topology import Topology
     from ._transport import CommandTransport
 
-__all__ = ("Script", "ScriptRunner", "load_script")
+__all__ = ("Script", "ScriptRunner", "load_script", "refused")
 
 T = TypeVar("T")
 log = logging.getLogger("aiolock")
+
+# Error replies by which a server refuses a command before running it: nothing was done, so
+# the same command may be sent again. OOM and READONLY come from a script's first write
+# only (a script that has written is never stopped by them), so the script changed nothing
+# either. A script that fails midway for another reason (ERR, WRONGTYPE) is not a refusal.
+_REFUSALS: tuple[type[Exception], ...] = (
+    TryAgainError,
+    ClusterDownError,
+    MasterDownError,
+    BusyLoadingError,
+    ReadOnlyError,
+    OutOfMemoryError,
+)
+# The refusals of a server state that passes by itself (a slot migration, a cluster or a
+# replica catching up, a load from disk; BUSY too): an acquire with a wait rides them out.
+# OOM and READONLY (outside Sentinel, whose topology adds it) say the server is full or
+# not a primary, which waiting rarely cures: they get the retries of every call only.
+_PASSING: tuple[type[Exception], ...] = (
+    TryAgainError,
+    ClusterDownError,
+    MasterDownError,
+    BusyLoadingError,
+)
+
+
+def _busy(exc: BaseException) -> bool:
+    # BUSY (another client's script or function runs past busy-reply-threshold) has no
+    # class of its own in redis-py; BUSYKEY and BUSYGROUP are other errors.
+    return isinstance(exc, ResponseError) and str(exc).startswith("BUSY ")
+
+
+def refused(exc: BaseException) -> bool:
+    """Whether ``exc`` is an error reply by which the server refused to run the command."""
+    return isinstance(exc, _REFUSALS) or _busy(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +127,7 @@ class ScriptRunner:
     """
 
     __slots__ = (
+        "_passing",
         "_resend",
         "_retry_attempts",
         "_retry_interval",
@@ -116,13 +156,25 @@ class ScriptRunner:
         self._route = topology.route
         self._retry_attempts = retry_attempts
         self._retry_interval = retry_interval
+        # Every refusal is retried (the command did not run, so the resend is safe).
         self._transient: tuple[type[Exception], ...] = (
             RedisConnectionError,
             RedisTimeoutError,
+            *_REFUSALS,
             *topology.transient,
         )
-        # What a send may get that a send again (maybe elsewhere) can cure.
-        self._resend: tuple[type[Exception], ...] = (*self._transient, MovedError, AskError)
+        self._passing: tuple[type[Exception], ...] = (*_PASSING, *topology.transient)
+        # What a send may get that a send again (maybe elsewhere) can cure; every error
+        # reply, for BUSY has no class (``_retrying`` raises the rest at once).
+        self._resend: tuple[type[Exception], ...] = (*self._transient, ResponseError)
+
+    def transient(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is an error that a later send may not get (retried here)."""
+        return isinstance(exc, self._transient) or _busy(exc)
+
+    def passing(self, exc: BaseException) -> bool:
+        """Whether ``exc`` refused a command for a server state that passes by itself."""
+        return isinstance(exc, self._passing) or _busy(exc)
 
     def shard(self, key: str) -> int:
         """Keys of one shard may share a multi-key command (one cluster slot)."""
@@ -333,7 +385,7 @@ class ScriptRunner:
                         await topology.settle()
                         transport = None
                     log.debug("%s redirected: %r", what, exc)
-                elif isinstance(exc, self._transient):
+                elif self.transient(exc):
                     if transport is not None:
                         topology.failed(transport, exc)
                     attempt += 1

@@ -24,6 +24,10 @@ Usage::
 redis-py resends a command that timed out or lost its connection (3 times by default): a
 plain ``Redis`` that should show the fault itself needs ``retry=Retry(NoBackoff(), 0)``.
 
+``refuse(match, "TRYAGAIN")`` answers matching commands with an error reply in the
+server's place (the server never sees them), as a server refusing a command unrun does:
+BUSY, TRYAGAIN, CLUSTERDOWN, MASTERDOWN, LOADING, READONLY, OOM (see :data:`REFUSALS`).
+
 Every fault is a handle with ``remove()`` (also a context manager); ``cut()`` is undone by
 ``restore()``. On exit the proxy closes every connection and ends all of its tasks.
 """
@@ -46,6 +50,7 @@ import hiredis
 from aiolock._scripts import load_script
 
 __all__ = [
+    "REFUSALS",
     "Blackhole",
     "Delay",
     "Drop",
@@ -53,6 +58,7 @@ __all__ = [
     "FaultProxy",
     "Match",
     "ProtocolError",
+    "Refuse",
     "Rule",
     "Stats",
     "command",
@@ -86,6 +92,21 @@ _UNPAIRED: Final = frozenset(
         b"MONITOR",
     }
 )
+#: The error replies by which a server refuses a command before running it, as each server
+#: words them: ``refuse(match, code)`` answers with these.
+REFUSALS: Final = {
+    "BUSY": (
+        "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE."
+    ),
+    "TRYAGAIN": "TRYAGAIN Multiple keys request during rehashing of slot",
+    "CLUSTERDOWN": "CLUSTERDOWN The cluster is down",
+    "MASTERDOWN": (
+        "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."
+    ),
+    "LOADING": "LOADING Redis is loading the dataset in memory",
+    "READONLY": "READONLY You can't write against a read only replica.",
+    "OOM": "OOM command not allowed when used memory > 'maxmemory'.",
+}
 # hiredis returns False for "incomplete", but RESP3 `#f` is False too: use a sentinel.
 _INCOMPLETE: Final = object()
 
@@ -303,6 +324,24 @@ class Drop(Rule):
         self.then = then
 
 
+class Refuse(Rule):
+    """Answers matching commands with an error reply; they never reach the server.
+
+    ``times``: how many commands it answers before it stops matching (None: until
+    ``remove()``); those after it are forwarded. Only commands of paired connections are
+    refused (a pub/sub connection's replies cannot be placed). The reply takes the place of
+    the server's in the connection's order: the replies of the commands sent before it come
+    first. ``executed`` is never set: ``answered`` is, at the first refusal.
+    """
+
+    def __init__(self, proxy: FaultProxy, match: Match, error: str, times: int | None) -> None:
+        super().__init__(proxy, match)
+        self.error = error
+        self.times = times
+        self.frame = b"-" + error.encode() + b"\r\n"
+        self.answered = asyncio.Event()
+
+
 class Delay(Rule):
     """Holds each matching command ``seconds`` before forwarding it.
 
@@ -430,6 +469,8 @@ class _Pending:
 
     rules: list[Rule]
     drop: Drop | None
+    #: The reply the proxy gives in the server's place (the command was not forwarded).
+    local: bytes | None = None
 
 
 class _Link:
@@ -517,10 +558,13 @@ class _Link:
             self.client_w.write(data)
             await self.client_w.drain()
 
-    def _on_command(self, words: list[bytes]) -> tuple[list[Rule], list[Delay]]:
-        """Count one command, let the rules claim it, and queue it for its reply."""
+    def _on_command(self, words: list[bytes]) -> tuple[list[Rule], list[Delay], bool]:
+        """Count one command, let the rules claim it, and queue it for its reply.
+
+        The last item: whether the proxy answered it itself (it is not forwarded).
+        """
         if not words:
-            return [], []  # an empty inline line: the server ignores it, no reply
+            return [], [], False  # an empty inline line: the server ignores it, no reply
         proxy = self.proxy
         name = words[0].upper()
         proxy.stats.commands[name.decode("ascii", "replace")] += 1
@@ -530,11 +574,18 @@ class _Link:
         rules: list[Rule] = []
         delays: list[Delay] = []
         drop: Drop | None = None
+        # A refused command is never forwarded: no drop takes it (drops stay armed).
+        refuse = None if self.pubsub else self._refusal(words)
         for rule in list(proxy._rules):
-            if isinstance(rule, Drop):
+            if isinstance(rule, Refuse):
+                if rule is not refuse:
+                    continue
+                if rule.times is not None and rule.count + 1 >= rule.times:
+                    rule.remove()
+            elif isinstance(rule, Drop):
                 # Unpaired replies cannot be told apart, so a drop there would drop the wrong
                 # bytes: drops only take commands of paired connections.
-                if drop is not None or self.pubsub or not rule.match(words):
+                if drop is not None or refuse is not None or self.pubsub or not rule.match(words):
                     continue
                 drop = rule
                 rule.remove()
@@ -544,9 +595,32 @@ class _Link:
                 delays.append(rule)
             rule._matched(words)
             rules.append(rule)
+        if refuse is not None:
+            # Answered here, in its turn among the replies: no drop or delay applies.
+            self.pending.append(_Pending(rules, None, refuse.frame))
+            refuse.answered.set()
+            self._answer_local()
+            return rules, [], True
         if not self.pubsub:
             self.pending.append(_Pending(rules, drop))
-        return rules, delays
+        return rules, delays, False
+
+    def _refusal(self, words: list[bytes]) -> Refuse | None:
+        """The first refusing rule that matches ``words``, if any."""
+        for rule in self.proxy._rules:
+            if isinstance(rule, Refuse) and rule.match(words):
+                return rule
+        return None
+
+    def _answer_local(self) -> None:
+        """Give the client the proxy's own replies due now (none ahead waits for the server).
+
+        Written at once, in the same step as the pairing that made them due, so that they
+        keep their place among the server's replies. During a cut they wait for the next
+        server reply, as the server's own replies do.
+        """
+        if not self.dead and self.proxy._flowing.is_set() and (out := self._local_due()):
+            self.client_w.write(out)
 
     async def _client_to_server(self) -> None:
         with contextlib.suppress(ConnectionError, OSError):
@@ -560,7 +634,14 @@ class _Link:
                 batch_rules: list[Rule] = []
                 while (parsed := parse_command(buf, pos)) is not None:
                     words, end = parsed
-                    rules, delays = self._on_command(words)
+                    rules, delays, answered = self._on_command(words)
+                    if answered:
+                        # Not forwarded: what came before it is, with its rules.
+                        await self._send_up(bytes(batch), batch_rules)
+                        batch.clear()
+                        batch_rules = []
+                        pos = end
+                        continue
                     if delays:
                         # What came before the held command is not held with it.
                         await self._send_up(bytes(batch), batch_rules)
@@ -634,11 +715,20 @@ class _Link:
                     rule._replied(reply)
             if drop is None:
                 out += frame
+                out += self._local_due()
                 continue
             self.proxy.stats.replies_dropped += 1
             self.dead = True  # whatever follows the lost reply is lost with it
             return bytes(out), pos, drop, False
         return bytes(out), pos, None, self.raw
+
+    def _local_due(self) -> bytes:
+        """The proxy's own replies next in line after a server reply (taken off the queue)."""
+        out = bytearray()
+        while self.pending and (entry := self.pending[0]) is not None and entry.local:
+            self.pending.popleft()
+            out += entry.local
+        return bytes(out)
 
     def _decode(self, frame: bytes) -> object:
         self.decoder.feed(frame)
@@ -854,6 +944,22 @@ class FaultProxy:
         drop = Drop(self, _as_match(match), then)
         self._rules.append(drop)
         return drop
+
+    def refuse(self, match: MatchLike, error: str, *, times: int | None = None) -> Refuse:
+        """Answer matching commands with the error reply ``error``, never forwarding them.
+
+        ``error``: a key of :data:`REFUSALS` (``"TRYAGAIN"``) or a whole error line
+        (``"ERR ..."``). ``times``: refuse that many, then forward (None: every one until
+        ``remove()``). See :class:`Refuse`.
+        """
+        if times is not None and times < 1:
+            raise ValueError(f"times must be >= 1 or None, not {times!r}")
+        text = REFUSALS.get(error, error)
+        if not text or "\r" in text or "\n" in text:
+            raise ValueError(f"error must be one line of text, not {error!r}")
+        rule = Refuse(self, _as_match(match), text, times)
+        self._rules.append(rule)
+        return rule
 
     def delay(self, seconds: float, match: MatchLike = None) -> Delay:
         """Hold matching commands (every command by default) ``seconds`` before forwarding."""

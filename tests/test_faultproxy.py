@@ -18,12 +18,21 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from aiolock._resp import error_reply
 from aiolock._scripts import load_script
 
-from .faultproxy import FaultProxy, ProtocolError, command, parse_command, reply_end, script
+from .faultproxy import (
+    REFUSALS,
+    FaultProxy,
+    ProtocolError,
+    command,
+    parse_command,
+    reply_end,
+    script,
+)
 from .helpers import wait_until
 
 TIMEOUT = 0.3  # the clients' socket_timeout where a test waits for it to run out
@@ -537,3 +546,74 @@ async def test_drop_messages_of_other_kinds_a_subscribe_confirmation(
     await pubsub.aclose()  # type: ignore[no-untyped-call]
     with pytest.raises(ValueError, match="times"):
         proxy.drop_messages(channel, times=0)
+
+
+# --- refusals: error replies in the server's place -------------------------------------------
+
+
+@pytest.mark.parametrize("code", sorted(REFUSALS))
+async def test_refuse_answers_with_the_error_and_never_forwards(
+    code: str, proxy: FaultProxy, connect: Connect, raw: Redis, name: str
+) -> None:
+    """A refused command gets the error reply (as redis-py classes it) and never runs."""
+    redis = connect()
+    refuse = proxy.refuse(command("SET", name), code)
+    with pytest.raises(ResponseError if code == "BUSY" else RedisError) as caught:
+        await redis.set(name, "v")
+    assert type(caught.value) is type(error_reply(REFUSALS[code]))
+    assert refuse.answered.is_set()
+    assert refuse.count == 1
+    assert not refuse.forwarded.is_set()
+    assert await raw.exists(name) == 0
+    assert proxy.stats.commands["SET"] == 1
+    refuse.remove()
+    assert await redis.set(name, "v")
+    assert await raw.get(name) == "v"
+    await raw.delete(name)
+
+
+async def test_refuse_times_then_forwards(
+    proxy: FaultProxy, connect: Connect, raw: Redis, name: str
+) -> None:
+    """``times=n``: the first n matching commands are refused, the next ones run."""
+    redis = connect()
+    refuse = proxy.refuse(command("INCRBY", name), "TRYAGAIN", times=2)
+    for _ in range(2):
+        with pytest.raises(TryAgainError):
+            await redis.incr(name)
+    assert not refuse.active
+    assert await redis.incr(name) == 1
+    assert refuse.count == 2
+    await raw.delete(name)
+
+
+async def test_refused_reply_keeps_its_place_in_a_pipeline(
+    proxy: FaultProxy, connect: Connect, raw: Redis, name: str
+) -> None:
+    """Pipelined around the refused command, the server's replies still pair with their
+    commands: the refusal takes the refused command's place, no other (redis-py sends
+    ``incr()`` as ``INCRBY 1``)."""
+    redis = connect()
+    proxy.refuse(command("INCRBY", name, "1"), "BUSY")
+    async with redis.pipeline(transaction=False) as pipe:
+        for queued in (
+            lambda: pipe.set(name, "1"),
+            lambda: pipe.incr(name),
+            lambda: pipe.get(name),
+            lambda: pipe.incrby(name, 5),
+            lambda: pipe.get(name),
+        ):
+            queued()
+        replies = await pipe.execute(raise_on_error=False)
+    assert replies[0] is True
+    assert isinstance(replies[1], ResponseError)
+    assert str(replies[1]).startswith("BUSY")
+    assert replies[2:] == ["1", 6, "6"]
+    await raw.delete(name)
+
+
+async def test_refuse_rejects_what_is_not_one_error_line(proxy: FaultProxy) -> None:
+    with pytest.raises(ValueError, match="times"):
+        proxy.refuse("SET", "OOM", times=0)
+    with pytest.raises(ValueError, match="one line"):
+        proxy.refuse("SET", "ERR a\r\nb")

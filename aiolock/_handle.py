@@ -22,7 +22,15 @@ if TYPE_CHECKING:
     from ._engine import Engine
     from ._primitive import Primitive
 
-__all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair")
+__all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair", "extend_seconds")
+
+
+def extend_seconds(lease: object) -> float:
+    """Validate extend()'s ``lease``: a finite number of seconds > 0 (None is no lease)."""
+    seconds = lease_seconds(lease)
+    if seconds is None:
+        raise TypeError("lease must be a number of seconds > 0, not None")
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +62,10 @@ class Acquirable:
 
     async def unlock(self) -> None:
         """Release one hold."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    async def extend(self, lease: TimeArg) -> None:
+        """Make the calling holder's lease ``lease`` seconds from now."""
         raise NotImplementedError  # pragma: no cover - abstract
 
     @property
@@ -142,6 +154,15 @@ class LockHandle(Acquirable):
     async def unlock(self) -> None:
         """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
         await self._engine.release(self._p, self._owner)
+
+    async def extend(self, lease: TimeArg) -> None:
+        """Make the calling holder's lease ``lease`` seconds from now.
+
+        Raises LockNotOwnedError / LockLostError as unlock() does. A hold the watchdog
+        renews stays renewed: only its current expiry moves, and the watchdog's next
+        renewal (every third of ``watchdog_timeout``) gives it the watchdog's lease again.
+        """
+        await self._engine.extend(self._p, self._owner, round(extend_seconds(lease) * 1000))
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""

@@ -181,6 +181,13 @@ class HoldRegistry:
         else:
             self._renewal.untrack(hold)
 
+    def extended(self, hold: Hold, lease_ms: int) -> None:
+        """Record an extend() the server confirmed: explicit leases become ``lease_ms``.
+
+        Watchdog entries stay None: the hold stays renewed.
+        """
+        hold.leases = [lease if lease is None else lease_ms for lease in hold.leases]
+
     def drop(self, hold: Hold) -> None:
         """Forget ``hold`` entirely."""
         hold.leases.clear()

@@ -9,18 +9,21 @@ its lock type). A lock type subclasses :class:`LockHandle` and gives it its ``Pr
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
 from ._config import TimeArg, check_name, check_owner, lease_seconds, wait_seconds
-from ._exceptions import LockTimeoutError
+from ._exceptions import LockError, LockTimeoutError, ReleaseError
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from ._engine import Engine
     from ._primitive import Primitive
+
+log = logging.getLogger("aiolock")
 
 __all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair", "extend_seconds")
 
@@ -93,8 +96,10 @@ class Acquirable:
             raise LockTimeoutError(self.name, wait)
         try:
             yield self
-        finally:
-            await self.unlock()
+        except BaseException as exc:
+            await self._release_at_exit(exc)
+            raise
+        await self._release_at_exit(None)
 
     async def __aenter__(self) -> Self:
         await self._acquire(None, None)
@@ -106,9 +111,36 @@ class Acquirable:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # A body cancelled (even twice, the second time during this release) still
-        # releases: unlock() finishes a cancelled release in the background.
-        await self.unlock()
+        await self._release_at_exit(exc)
+
+    async def _release_at_exit(self, body_error: BaseException | None) -> None:
+        """Release at the end of a block, never hiding the body's exception.
+
+        A body cancelled (even twice, the second time during this release) still
+        releases: unlock() finishes a cancelled release in the background, and a cancel
+        during it raises CancelledError as ever. Any other failure of the release is,
+        when the body raised, a note on the body's exception (and a WARNING); else it is
+        raised: the lock's own errors (LockLostError, LockNotOwnedError) as they are, any
+        other (the server unreachable) as ReleaseError, so that a failed release after
+        the work was done never reads as a failed acquire.
+        """
+        try:
+            await self.unlock()
+        except Exception as exc:
+            error = exc if isinstance(exc, LockError) else ReleaseError(self.name, exc)
+            if body_error is None:
+                if error is exc:
+                    raise
+                raise error from exc
+            if error is not exc:
+                error.__cause__ = exc
+            log.warning(
+                "aiolock: releasing %r at the end of a block that raised %r failed: %r",
+                self.name,
+                body_error,
+                error,
+            )
+            body_error.add_note(f"aiolock: and releasing lock {self.name!r} failed: {error!r}")
 
 
 class LockHandle(Acquirable):

@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
     from redis.asyncio.connection import AbstractConnection
 
+    from ._holds import Hold
+
 __all__ = ("Client",)
 
 log = logging.getLogger("aiolock")
@@ -141,6 +143,8 @@ class Client:
         self._affinity = Affinity()
         # What aclose() has left to do: None before it is first called.
         self._closing: list[tuple[bool, Callable[[], Awaitable[None] | None]]] | None = None
+        # Holds whose guarded bodies aclose() cancelled (see _before_close).
+        self._cancelled_holds: list[Hold] = []
         self._background = Background()
         self._waiting = WaitingRoom()
         deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
@@ -203,7 +207,7 @@ class Client:
             # A lambda: the registry it reports to is built after this service.
             on_lost=lambda hold, why: self._holds.report_lost(hold, why),  # noqa: PLW0108
         )
-        self._holds = HoldRegistry(self._renewal)
+        self._holds = HoldRegistry(self._renewal, watchdog_ms=lease_ms)
         self._latches = LatchSweeper(self._runner, self._background.spawn)
         # Each holder's calls on each lock, one after the other (see _ordering.py).
         self._order = CallOrder()
@@ -336,8 +340,12 @@ class Client:
     async def aclose(self) -> None:
         """Stop renewal, wake every waiter with ClientClosedError, close connections.
 
-        Locks still held are not released (they expire with their lease); each is logged
-        at WARNING. Releases and rollbacks already under way are allowed to finish.
+        The holds of tasks that have ended (they can no longer unlock) are released at
+        once, so another process takes over without waiting out the lease. Locks still
+        held by running tasks are not released (they expire with their lease); each is
+        logged at WARNING, naming its task. Releases and rollbacks already under way are
+        allowed to finish. With the server unreachable, the releases give up within the
+        client's retries.
 
         Every step runs whatever the calling task's cancel state (a task that once caught
         a CancelledError, or ran a TaskGroup whose child failed on Python 3.11/3.12, still
@@ -379,6 +387,8 @@ class Client:
     def _close_steps(self) -> list[tuple[bool, Callable[[], Awaitable[None] | None]]]:
         """aclose()'s steps in order, each with whether it only waits (cut short by a cancel)."""
         return [
+            # First: cancel guarded bodies, whose holds are then released at once below.
+            (False, self._before_close),
             (False, self._renewal.aclose),
             (False, self._sentinel.aclose if self._sentinel is not None else _nothing),
             (False, self._waiting.close),
@@ -388,6 +398,8 @@ class Client:
             (False, self._pubsub.aclose),
             (True, self._background.calls_ended),
             (True, self._order.drained),
+            # Before the connections close: another process takes these over at once.
+            (True, self._release_ended),
             (True, self._background.drain),
             (True, self._latches.flush),
             (False, self._topology.aclose),
@@ -395,12 +407,25 @@ class Client:
             (False, self._redis.aclose if self._owns_redis else _nothing),
         ]
 
+    def _before_close(self) -> None:
+        """aclose()'s first step: cancel the guarded bodies (issue 22).
+
+        HOOK for the guard branch: call the guard service's ``cancel_all()`` here and put
+        the holds whose bodies it cancelled in ``self._cancelled_holds``: the
+        ``_release_ended`` step releases them at once, with those of ended tasks.
+        """
+
+    def _release_ended(self) -> Awaitable[None]:
+        return self._engine.release_ended(self._cancelled_holds)
+
     def _warn_held(self) -> None:
         for hold in self._holds:
             if hold.count and hold.lost is None:
+                task = f"task {hold.task.get_name()} " if hold.task is not None else ""
                 log.warning(
-                    "aiolock: client closed while %s holds lock %r; it is not released "
+                    "aiolock: client closed while %s(%s) holds lock %r; it is not released "
                     "and expires with its lease",
+                    task,
                     hold.holder,
                     hold.name,
                 )

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import AuthenticationError, ResponseError
@@ -642,7 +642,7 @@ class Engine:
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
-        self._holds.acquired(
+        hold = self._holds.acquired(
             key=p.key,
             field=call.field,
             name=p.name,
@@ -653,6 +653,7 @@ class Engine:
             kind=kind,
             extra=extra,
         )
+        hold.primitive = p
 
     # -- releasing ------------------------------------------------------------------------
 
@@ -744,6 +745,53 @@ class Engine:
         if cancel_requested(calling, mark):
             # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
             raise asyncio.CancelledError
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def release_ended(self, cancelled: Collection[Hold] = ()) -> None:
+        """aclose()'s release of every hold whose holder can no longer release it.
+
+        The holds of tasks that ended holding them, and ``cancelled`` (holds whose guarded
+        bodies aclose() cancelled): each released at once, so another process takes the
+        lock over without waiting out the lease. Each is sent once, with the client's
+        retries (so this is bounded with the server unreachable); a failure is logged,
+        and that lock then runs out with its lease.
+        """
+        loop = asyncio.get_running_loop()
+        ended = self._holds.ended(loop.time())
+        for hold in self._holds:
+            # A task ended whose done-callback has not run yet, or a guarded body cancelled.
+            done = hold.task is not None and hold.task.done()
+            if (done or hold in cancelled) and hold.count and hold.lost is None:
+                ended.append((hold, hold.count - hold.releasing))
+                self._holds.drop(hold)
+        if ended:
+            await asyncio.gather(*(self._release_ended(hold, kept) for hold, kept in ended))
+
+    async def _release_ended(self, hold: Hold, kept: int) -> None:
+        p: Primitive | None = hold.primitive
+        if p is None or kept <= 0:
+            return
+        try:
+            # One release per hold left, as its unlocks would have been: a reentrant
+            # hold's last one frees the lock and wakes its waiters.
+            for _ in range(kept):
+                latch = unlock_latch_key(p.key, self._request_id())
+                invocation = p.release(hold.field, self.settings.lease_ms, latch)
+                result = decode_release(await self._runner.run(*invocation))
+                self._latches.add(latch)
+                if result is not Release.KEPT:
+                    break
+        except Exception as exc:
+            log.warning(
+                "aiolock: could not release lock %r of %s, whose task has ended, at close "
+                "(%r): it expires with its lease",
+                hold.name,
+                hold.holder,
+                exc,
+            )
+            return
+        log.info("aiolock: released lock %r of %s, whose task had ended", hold.name, hold.holder)
 
     # -- extending ------------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from redis.exceptions import RedisError
+
 from ._config import TimeArg, check_name, check_owner, lease_seconds, wait_seconds
 from ._exceptions import LockError, LockTimeoutError, ReleaseError
 
@@ -120,14 +122,18 @@ class Acquirable:
         releases: unlock() finishes a cancelled release in the background, and a cancel
         during it raises CancelledError as ever. Any other failure of the release is,
         when the body raised, a note on the body's exception (and a WARNING); else it is
-        raised: the lock's own errors (LockLostError, LockNotOwnedError) as they are, any
-        other (the server unreachable) as ReleaseError, so that a failed release after
-        the work was done never reads as a failed acquire.
+        raised: the lock's own errors (LockLostError, LockNotOwnedError) and misuse
+        (RuntimeError) as they are, a redis-py or socket error (the server unreachable)
+        as ReleaseError, so that a failed release after the work was done never reads as
+        a failed acquire.
         """
         try:
             await self.unlock()
         except Exception as exc:
-            error = exc if isinstance(exc, LockError) else ReleaseError(self.name, exc)
+            # The server's or the network's failure (after the client's retries): the
+            # release failed. Anything else (the lock's own errors, a misuse) as it is.
+            failed = isinstance(exc, (RedisError, OSError)) and not isinstance(exc, LockError)
+            error = ReleaseError(self.name, exc) if failed else exc
             if body_error is None:
                 if error is exc:
                     raise

@@ -99,6 +99,39 @@ class Engine:
         self.settings = settings
         self._affinity = affinity
         self._ids = ids
+        self._calls = 0
+        self.closed = False
+        # Whether a call was ever made: only then is a client never closed worth a warning.
+        self.started = False
+        self.attach(
+            runner=runner,
+            holds=holds,
+            renewal=renewal,
+            order=order,
+            waiting=waiting,
+            dispatcher=dispatcher,
+            background=background,
+            latches=latches,
+        )
+
+    def attach(
+        self,
+        *,
+        runner: ScriptRunner,
+        holds: HoldRegistry,
+        renewal: RenewalService,
+        order: CallOrder,
+        waiting: WaitingRoom,
+        dispatcher: PubSub,
+        background: Background,
+        latches: LatchSweeper,
+    ) -> None:
+        """Use these services from now on: the event loop's pieces of the client.
+
+        Called once they are built, and again when the client moves to a new event loop
+        (``Client._rebind``): the handles keep this engine, which then reaches the new
+        loop's connections, tasks and bookkeeping.
+        """
         self._runner = runner
         self._holds = holds
         self._renewal = renewal
@@ -107,11 +140,7 @@ class Engine:
         self._dispatcher = dispatcher
         self._background = background
         self._latches = latches
-        self._calls = 0
         self._handovers = HandOvers()
-        self.closed = False
-        # Whether a call was ever made: only then is a client never closed worth a warning.
-        self.started = False
 
     # -- the client's side ----------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from redis import Redis as SyncRedis
 import aiolock
 
 from .helpers import wait_until
+from .topologies import ClusterHandle
 
 # Safety net of each run (each takes milliseconds).
 LIMIT = 10.0
@@ -73,7 +74,7 @@ def test_holds_of_a_closed_loop_are_forgotten(redis_url: str, name: str) -> None
     """A hold left by a run that ended holding it belongs to a task that is gone: the next
     run does not believe it holds it (it expires with its lease)."""
     client = aiolock.Client.from_url(redis_url, watchdog_timeout=1)
-    asyncio.run(client.lock(name).lock(lease=1))
+    asyncio.run(client.lock(name).lock(lease=0.3))
 
     async def second() -> None:
         lock = client.lock(name)
@@ -83,3 +84,19 @@ def test_holds_of_a_closed_loop_are_forgotten(redis_url: str, name: str) -> None
         await client.aclose()
 
     asyncio.run(second())
+
+
+def test_a_cluster_client_in_consecutive_asyncio_runs(cluster: ClusterHandle, name: str) -> None:
+    """The same on a Redis Cluster: its per-node connections and pub/sub move too."""
+    client = aiolock.Client.from_url(cluster.url, cluster=True)
+    for _ in range(2):
+
+        async def job() -> None:
+            rival = aiolock.Client.from_url(cluster.url, cluster=True)
+            try:
+                await _job(client, rival, name)
+            finally:
+                await rival.aclose()
+
+        asyncio.run(job())
+    asyncio.run(client.aclose())

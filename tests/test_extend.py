@@ -11,10 +11,14 @@ import math
 
 import pytest
 from redis.asyncio import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import aiolock
 
 from .conftest import ClientFactory
+from .faultproxy import FaultProxy, script
+from .helpers import FAST
 
 
 async def test_read_lock_extend_sets_every_read_hold(
@@ -102,3 +106,24 @@ async def test_bad_lease_refused_before_io(
     for handle in handles:
         with pytest.raises(error, match="lease"):
             await handle.extend(lease)  # type: ignore[arg-type]
+
+
+async def test_extend_whose_reply_is_lost(proxy: FaultProxy, name: str) -> None:
+    """An extend() the server ran but whose reply never came: the caller gets redis-py's
+    error (after the client's retries, which resend it: harmless, it only moves an
+    expiry), the hold is still believed and held, and unlock() works."""
+    client = aiolock.Client.from_url(proxy.url + FAST, retry_attempts=0)
+    try:
+        lock = client.lock(name)
+        await lock.lock(lease=5)
+        drop = proxy.drop_reply(script("lock_renew"), then="close")
+        with pytest.raises((RedisConnectionError, RedisTimeoutError)):
+            await lock.extend(60)
+        assert drop.executed.is_set()
+        assert lock.statistics().hold_count == 1
+        lease = await lock.remaining_lease()
+        assert lease is not None
+        assert lease > 30
+        await lock.unlock()
+    finally:
+        await client.aclose()

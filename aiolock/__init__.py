@@ -12,6 +12,7 @@ from ._exceptions import LockLostError as LockLostError
 from ._exceptions import LockNotOwnedError as LockNotOwnedError
 from ._exceptions import LockTimeoutError as LockTimeoutError
 from ._exceptions import LockUpgradeError as LockUpgradeError
+from ._exceptions import ReleaseError as ReleaseError
 from ._exceptions import ReplicaAckError as ReplicaAckError
 from ._fair_lock import FairLock as FairLock
 from ._fair_rwlock import FairReadLock as FairReadLock
@@ -50,6 +51,7 @@ __all__ = (
     "ReadLock",
     "ReadWriteLock",
     "RedLock",
+    "ReleaseError",
     "ReplicaAckError",
     "Semaphore",
     "SpinLock",

@@ -8,9 +8,14 @@ A client's connections are sockets of one process, read and written by one event
   call of its own: a ``try_lock()`` of the parent could return True for a lock another
   client holds. So any call of a client in a process other than the one that first used it
   raises ``RuntimeError`` before anything is sent, and the parent never notices.
-- **Another event loop** (a second ``asyncio.run()``, a per-test loop) cannot wait on the
-  first loop's futures or sockets: a call from it raises ``RuntimeError`` before anything
-  is sent, rather than sending the acquire and failing once the server has taken the lock.
+- **Another event loop** (a thread's, a second loop while the first still runs) cannot
+  wait on the first loop's futures or sockets: a call from it raises ``RuntimeError``
+  before anything is sent, rather than sending the acquire and failing once the server has
+  taken the lock.
+- **A new event loop once the first is closed** (``asyncio.run()`` per job with a
+  module-level client, a per-test loop): nothing of the old loop can run again, so the
+  client moves to the new one (``on_new_loop``: the client rebuilds every loop-bound piece
+  and reconnects there) and belongs to it from then on.
 
 Forks are counted with ``os.register_at_fork``, so the process check compares two
 integers (``os.getpid()`` is a system call, ~190 ns, on glibc since 2.25). The whole check
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 
 __all__ = ("PROCESS", "Affinity")
 
@@ -50,9 +56,16 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 class Affinity:
     """The process and the event loop a client belongs to: those of its first call."""
 
-    __slots__ = ("_forks", "_loop", "_pid")
+    __slots__ = ("_forks", "_loop", "_on_new_loop", "_pid")
 
-    def __init__(self) -> None:
+    def __init__(
+        self, on_new_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None
+    ) -> None:
+        """``on_new_loop(dead)`` moves the client off its closed loop ``dead``.
+
+        It runs before the first call in a new loop. None: such calls are refused too.
+        """
+        self._on_new_loop = on_new_loop
         self._loop: asyncio.AbstractEventLoop | None = None
         self._forks = PROCESS.forks
         self._pid = os.getpid()
@@ -88,10 +101,16 @@ class Affinity:
             raise RuntimeError(self._fork_message())
         if loop is None:
             return
+        if self._loop.is_closed() and self._on_new_loop is not None:
+            # Moved, then bound: were the move to fail, the next call tries it again.
+            self._on_new_loop(self._loop)
+            self._loop = loop
+            return
         closed = " (now closed)" if self._loop.is_closed() else ""
         raise RuntimeError(
             f"this aiolock client belongs to the event loop that first used it{closed}, "
-            "and was called from another one: its connections are that loop's. Create one "
+            "and was called from another one while that loop still exists: its "
+            "connections are that loop's. Close that loop first, or create one "
             "client per event loop, inside it (in the coroutine given to asyncio.run(), in "
             "an async fixture or an app's lifespan), not at module level"
         )

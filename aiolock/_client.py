@@ -16,7 +16,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from ._affinity import Affinity
 from ._background import Background
 from ._cancel import cancel_mark, cancelled_since
-from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
+from ._cluster import Address, Cluster, ClusterPubSub, Connector, node_connector, seeds_of
 from ._config import ClientOptions, Settings, TimeArg
 from ._count_down_latch import CountDownLatch
 from ._engine import Engine
@@ -39,12 +39,15 @@ from ._spin import SpinLock
 from ._topology import OneServer
 from ._transport import CommandTransport
 from ._waiting import WaitingRoom
+from ._wire import abandon_loop
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
     from types import TracebackType
 
     from redis.asyncio.connection import AbstractConnection
+
+    from ._holds import Hold
 
 __all__ = ("Client",)
 
@@ -108,13 +111,17 @@ class Client:
         on_cluster = isinstance(redis, RedisCluster)
         # redis-py builds every connection aiolock opens, from the user's settings: the
         # pool's of a Redis (Sentinel's included), a startup node's of a RedisCluster.
+        # Kept: every event loop the client moves to connects with them again (_build).
+        self._seeds: list[Address] = []
+        self._connector: Connector | None = None
+        self._make_connection: Callable[[], AbstractConnection] | None = None
         if isinstance(redis, RedisCluster):
-            seeds = seeds_of(redis)
-            connector = node_connector(redis)
-            sample = connector(*seeds[0])()
+            self._seeds = seeds_of(redis)
+            self._connector = node_connector(redis)
+            sample = self._connector(*self._seeds[0])()
         else:
-            make_connection = redis.connection_pool.make_connection
-            sample = make_connection()  # type: ignore[no-untyped-call]
+            self._make_connection = redis.connection_pool.make_connection
+            sample = self._make_connection()  # type: ignore[no-untyped-call]
         self._settings = Settings(
             lease_ms=lease_ms,
             # Every unlock latch and acquire tombstone outlives the first send of its call
@@ -136,13 +143,6 @@ class Client:
             replica_acks=options.replica_acks,
             replica_ack_timeout=options.replica_ack_timeout,
         )
-        # The services, each in the module named for it; the engine is the handles' only
-        # way to them.
-        self._affinity = Affinity()
-        # What aclose() has left to do: None before it is first called.
-        self._closing: list[tuple[bool, Callable[[], Awaitable[None] | None]]] | None = None
-        self._background = Background()
-        self._waiting = WaitingRoom()
         deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
         if options.replica_acks and options.replica_ack_timeout >= deadline:
             # WAIT holds its connection's replies back: past the deadline the connection
@@ -151,6 +151,35 @@ class Client:
                 f"replica_ack_timeout must be shorter than the connection's socket_timeout "
                 f"({deadline:g} s), got {options.replica_ack_timeout:g} s"
             )
+        self._deadline = deadline
+        self._lease_ms = lease_ms
+        # The client's own pieces, whatever the event loop: the engine is the handles' only
+        # way to the services, and stays theirs when the client moves to a new loop.
+        self._affinity = Affinity(on_new_loop=self._rebind)
+        # What aclose() has left to do: None before it is first called.
+        self._closing: list[tuple[bool, Callable[[], Awaitable[None] | None]]] | None = None
+        # Holds whose guarded bodies aclose() cancelled (see _before_close).
+        self._cancelled_holds: list[Hold] = []
+        self._build()
+        self._engine = Engine(
+            settings=self._settings,
+            ids=HolderIds(self.id),
+            affinity=self._affinity,
+            **self._services(),
+        )
+
+    def _build(self) -> None:
+        """Build every piece of the client that belongs to an event loop.
+
+        Connections (commands, pub/sub, the Sentinel watch), the background tasks, the
+        renewal, the waiting room, the holders' ordering lines, the bookkeeping of holds,
+        the latch sweeper: each in the module named for it. Nothing connects here; the
+        first call does, in its loop. Called at construction and by :meth:`_rebind`.
+        """
+        options = self._options
+        on_cluster = self._settings.cluster
+        self._background = Background()
+        self._waiting = WaitingRoom()
 
         def dispatcher(
             make: Callable[[], AbstractConnection], on_change: Callable[[], None] | None = None
@@ -167,8 +196,10 @@ class Client:
         self._sentinel: SentinelWatch | None = None
         self._topology: OneServer | Cluster
         self._pubsub: PubSub
-        if isinstance(redis, RedisCluster):
-            cluster = Cluster(seeds, connector, deadline=deadline, make_dispatcher=dispatcher)
+        if self._connector is not None:
+            cluster = Cluster(
+                self._seeds, self._connector, deadline=self._deadline, make_dispatcher=dispatcher
+            )
             self._topology = cluster
             self._pubsub = ClusterPubSub(
                 cluster,
@@ -176,14 +207,16 @@ class Client:
                 retry_interval=options.retry_interval,
             )
         else:
-            pool = redis.connection_pool
+            make_connection = self._make_connection
+            assert make_connection is not None
+            pool = getattr(self._redis, "connection_pool", None)
             if isinstance(pool, SentinelConnectionPool):
                 self._sentinel = SentinelWatch(
                     pool, self._switched, self._background.spawn, self._connected_to
                 )
             self._transport = CommandTransport(
                 make_connection,
-                deadline=deadline,
+                deadline=self._deadline,
                 on_open=None if self._sentinel is None else self._sentinel.start,
             )
             self._topology = OneServer(self._transport, sentinel=self._sentinel is not None)
@@ -197,29 +230,52 @@ class Client:
         )
         self._renewal = RenewalService(
             self._runner,
-            lease_ms=lease_ms,
+            lease_ms=self._lease_ms,
             interval=options.watchdog_timeout / 3,
             spawn=self._background.spawn,
             # A lambda: the registry it reports to is built after this service.
             on_lost=lambda hold, why: self._holds.report_lost(hold, why),  # noqa: PLW0108
         )
-        self._holds = HoldRegistry(self._renewal)
+        self._holds = HoldRegistry(self._renewal, watchdog_ms=self._lease_ms)
         self._latches = LatchSweeper(self._runner, self._background.spawn)
         # Each holder's calls on each lock, one after the other (see _ordering.py).
         self._order = CallOrder()
-        self._engine = Engine(
-            settings=self._settings,
-            ids=HolderIds(self.id),
-            runner=self._runner,
-            holds=self._holds,
-            renewal=self._renewal,
-            order=self._order,
-            waiting=self._waiting,
-            dispatcher=self._pubsub,
-            background=self._background,
-            latches=self._latches,
-            affinity=self._affinity,
-        )
+
+    def _services(self) -> dict[str, Any]:
+        """What the engine uses of the pieces :meth:`_build` made."""
+        return {
+            "runner": self._runner,
+            "holds": self._holds,
+            "renewal": self._renewal,
+            "order": self._order,
+            "waiting": self._waiting,
+            "dispatcher": self._pubsub,
+            "background": self._background,
+            "latches": self._latches,
+        }
+
+    def _rebind(self, dead: asyncio.AbstractEventLoop) -> None:
+        """Move the client to a new event loop, the one it first used being closed.
+
+        Everything of the dead loop is gone with it: its connections are closed here
+        (their sockets, without the loop; ``_wire.abandon_loop``), and its tasks ended
+        with it (``asyncio.run()`` cancels them). So every loop-bound piece is built
+        afresh (``_build``) and the engine, which the handles keep, uses the new ones:
+        the next call connects in the new loop. Holds of the dead loop are forgotten:
+        their tasks are gone and nothing renews them, so they expire with their lease
+        (each logged at WARNING).
+        """
+        for hold in self._holds:
+            if hold.count and hold.lost is None:
+                log.warning(
+                    "aiolock: the event loop closed while %s held lock %r; it is not "
+                    "released and expires with its lease",
+                    hold.holder,
+                    hold.name,
+                )
+        abandon_loop(dead)
+        self._build()
+        self._engine.attach(**self._services())
 
     @classmethod
     def from_url(
@@ -336,8 +392,12 @@ class Client:
     async def aclose(self) -> None:
         """Stop renewal, wake every waiter with ClientClosedError, close connections.
 
-        Locks still held are not released (they expire with their lease); each is logged
-        at WARNING. Releases and rollbacks already under way are allowed to finish.
+        The holds of tasks that have ended (they can no longer unlock) are released at
+        once, so another process takes over without waiting out the lease. Locks still
+        held by running tasks are not released (they expire with their lease); each is
+        logged at WARNING, naming its task. Releases and rollbacks already under way are
+        allowed to finish. With the server unreachable, the releases give up within the
+        client's retries.
 
         Every step runs whatever the calling task's cancel state (a task that once caught
         a CancelledError, or ran a TaskGroup whose child failed on Python 3.11/3.12, still
@@ -379,6 +439,8 @@ class Client:
     def _close_steps(self) -> list[tuple[bool, Callable[[], Awaitable[None] | None]]]:
         """aclose()'s steps in order, each with whether it only waits (cut short by a cancel)."""
         return [
+            # First: cancel guarded bodies, whose holds are then released at once below.
+            (False, self._before_close),
             (False, self._renewal.aclose),
             (False, self._sentinel.aclose if self._sentinel is not None else _nothing),
             (False, self._waiting.close),
@@ -388,6 +450,8 @@ class Client:
             (False, self._pubsub.aclose),
             (True, self._background.calls_ended),
             (True, self._order.drained),
+            # Before the connections close: another process takes these over at once.
+            (True, self._release_ended),
             (True, self._background.drain),
             (True, self._latches.flush),
             (False, self._topology.aclose),
@@ -395,12 +459,25 @@ class Client:
             (False, self._redis.aclose if self._owns_redis else _nothing),
         ]
 
+    def _before_close(self) -> None:
+        """aclose()'s first step: cancel the guarded bodies (issue 22).
+
+        HOOK for the guard branch: call the guard service's ``cancel_all()`` here and put
+        the holds whose bodies it cancelled in ``self._cancelled_holds``: the
+        ``_release_ended`` step releases them at once, with those of ended tasks.
+        """
+
+    def _release_ended(self) -> Awaitable[None]:
+        return self._engine.release_ended(self._cancelled_holds)
+
     def _warn_held(self) -> None:
         for hold in self._holds:
             if hold.count and hold.lost is None:
+                task = f"task {hold.task.get_name()} " if hold.task is not None else ""
                 log.warning(
-                    "aiolock: client closed while %s holds lock %r; it is not released "
+                    "aiolock: client closed while %s(%s) holds lock %r; it is not released "
                     "and expires with its lease",
+                    task,
                     hold.holder,
                     hold.name,
                 )

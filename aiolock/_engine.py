@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import AuthenticationError, ResponseError
@@ -104,6 +104,39 @@ class Engine:
         self.settings = settings
         self._affinity = affinity
         self._ids = ids
+        self._calls = 0
+        self.closed = False
+        # Whether a call was ever made: only then is a client never closed worth a warning.
+        self.started = False
+        self.attach(
+            runner=runner,
+            holds=holds,
+            renewal=renewal,
+            order=order,
+            waiting=waiting,
+            dispatcher=dispatcher,
+            background=background,
+            latches=latches,
+        )
+
+    def attach(
+        self,
+        *,
+        runner: ScriptRunner,
+        holds: HoldRegistry,
+        renewal: RenewalService,
+        order: CallOrder,
+        waiting: WaitingRoom,
+        dispatcher: PubSub,
+        background: Background,
+        latches: LatchSweeper,
+    ) -> None:
+        """Use these services from now on: the event loop's pieces of the client.
+
+        Called once they are built, and again when the client moves to a new event loop
+        (``Client._rebind``): the handles keep this engine, which then reaches the new
+        loop's connections, tasks and bookkeeping.
+        """
         self._runner = runner
         self._holds = holds
         self._renewal = renewal
@@ -112,11 +145,7 @@ class Engine:
         self._dispatcher = dispatcher
         self._background = background
         self._latches = latches
-        self._calls = 0
         self._handovers = HandOvers()
-        self.closed = False
-        # Whether a call was ever made: only then is a client never closed worth a warning.
-        self.started = False
 
     # -- the client's side ----------------------------------------------------------------
 
@@ -676,7 +705,7 @@ class Engine:
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
-        self._holds.acquired(
+        hold = self._holds.acquired(
             key=p.key,
             field=call.field,
             name=p.name,
@@ -687,6 +716,7 @@ class Engine:
             kind=kind,
             extra=extra,
         )
+        hold.primitive = p
 
     # -- releasing ------------------------------------------------------------------------
 
@@ -778,6 +808,112 @@ class Engine:
             ticket.release()
         if cancel_requested(calling, mark):
             # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
+            raise asyncio.CancelledError
+
+    # -- closing --------------------------------------------------------------------------
+
+    async def release_ended(self, cancelled: Collection[Hold] = ()) -> None:
+        """aclose()'s release of every hold whose holder can no longer release it.
+
+        The holds of tasks that ended holding them, and ``cancelled`` (holds whose guarded
+        bodies aclose() cancelled): each released at once, so another process takes the
+        lock over without waiting out the lease. Each is sent once, with the client's
+        retries (so this is bounded with the server unreachable); a failure is logged,
+        and that lock then runs out with its lease.
+        """
+        loop = asyncio.get_running_loop()
+        ended = self._holds.ended(loop.time())
+        for hold in self._holds:
+            # A task ended whose done-callback has not run yet, or a guarded body cancelled.
+            done = hold.task is not None and hold.task.done()
+            if (done or hold in cancelled) and hold.count and hold.lost is None:
+                ended.append((hold, hold.count - hold.releasing))
+                self._holds.drop(hold)
+        if ended:
+            await asyncio.gather(*(self._release_ended(hold, kept) for hold, kept in ended))
+
+    async def _release_ended(self, hold: Hold, kept: int) -> None:
+        p: Primitive | None = hold.primitive
+        if p is None or kept <= 0:
+            return
+        try:
+            # One release per hold left, as its unlocks would have been: a reentrant
+            # hold's last one frees the lock and wakes its waiters.
+            for _ in range(kept):
+                latch = unlock_latch_key(p.key, self._request_id())
+                invocation = p.release(hold.field, self.settings.lease_ms, latch)
+                result = decode_release(await self._runner.run(*invocation))
+                self._latches.add(latch)
+                if result is not Release.KEPT:
+                    break
+        except Exception as exc:
+            log.warning(
+                "aiolock: could not release lock %r of %s, whose task has ended, at close "
+                "(%r): it expires with its lease",
+                hold.name,
+                hold.holder,
+                exc,
+            )
+            return
+        log.info("aiolock: released lock %r of %s, whose task had ended", hold.name, hold.holder)
+
+    # -- extending ------------------------------------------------------------------------
+
+    async def extend(self, p: Primitive, owner: str | None, lease_ms: int) -> None:
+        """Give the hold of ``owner`` (None: the calling task) a lease of ``lease_ms`` from now.
+
+        LockNotOwnedError / LockLostError as release() raises them. A watchdog hold stays
+        renewed: only its current expiry moves (the watchdog's next renewal gives it the
+        watchdog's lease again); explicit leases become ``lease_ms`` (what an unlock of a
+        reentrant hold re-applies). Cancelled in flight it raises CancelledError: the
+        script may have run, which only moved an expiry of a hold the holder still has,
+        so there is nothing to undo.
+        """
+        mark, task = self._call_starts()
+        try:
+            await self._extend(p, owner, lease_ms, mark, task)
+        except Exception as exc:
+            if cancel_requested(task, mark):
+                raise asyncio.CancelledError from exc
+            raise
+        finally:
+            self._background.call_ended()
+
+    async def _extend(
+        self,
+        p: Primitive,
+        owner: str | None,
+        lease_ms: int,
+        mark: int,
+        calling: asyncio.Task[Any] | None,
+    ) -> None:
+        holder, _ = self.holder(owner, calling)
+        field = p.field(holder)
+        # In the holder's turn, as its unlock: after a release of the same holder lands,
+        # never racing it.
+        ticket = self._order.join((p.key, holder))
+        try:
+            if not ticket.ready:
+                await ticket.wait()
+            hold = self._holds.get(p.key, field)
+            if hold is None or not hold.count:
+                raise LockNotOwnedError(p.name, holder, self._held_by_sibling(p.key, holder))
+            if hold.lost is not None:
+                # Known gone: the holder's unlock() raises it too (the hold is kept for it).
+                raise LockLostError(p.name, holder, hold.lost)
+            _, extra = p.hold_kind(holder)
+            try:
+                reply = await self._runner.run(*p.extend(field, extra, hold.count, lease_ms))
+            except ResponseError as exc:
+                raise script_error(p.name, p.key, exc) from exc
+            if not int(reply[0]):
+                why = "its lease ran out or was taken before extend()"
+                self._holds.report_lost(hold, f"{why}; found by extend()")
+                raise LockLostError(p.name, holder, why)
+            self._holds.extended(hold, lease_ms)
+        finally:
+            ticket.release()
+        if cancel_requested(calling, mark):
             raise asyncio.CancelledError
 
     def _reapply_ms(self, hold: Hold | None) -> int:

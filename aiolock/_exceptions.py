@@ -13,6 +13,7 @@ __all__ = (
     "LockNotOwnedError",
     "LockTimeoutError",
     "LockUpgradeError",
+    "ReleaseError",
     "ReplicaAckError",
 )
 
@@ -104,3 +105,21 @@ class ReplicaAckError(LockError):
         self.name = name
         self.acked = acked
         self.wanted = wanted
+
+
+class ReleaseError(LockError):
+    """Raised at the end of ``async with lock:`` / ``acquired()`` when the release failed.
+
+    The block's body finished (its work was done); releasing the lock then failed, for a
+    reason that is not the lock's (the server unreachable after the client's retries, a
+    script error): the redis-py error is its ``__cause__``. So a caller tells "the work was
+    done, the release failed" from an acquire that failed (which raises the redis-py error
+    as it is). A release cut off that way is finished in the background, or the lock runs
+    out with its lease. ``unlock()`` called directly raises the redis-py error as it is.
+    """
+
+    def __init__(self, name: str, cause: BaseException) -> None:
+        super().__init__(
+            f"lock {name!r}: the block finished, but releasing the lock failed: {cause!r}"
+        )
+        self.name = name

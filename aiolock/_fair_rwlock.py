@@ -70,6 +70,10 @@ class _FairSide(Primitive):
     def hold_kind(self, holder: str) -> tuple[str, str]:
         return "frw", self.leases
 
+    def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
+        # The hold's entry in the leases ZSET ends at now + lease (the watchdog's script).
+        return Invocation(load_script("frw_renew"), [self.key, self.leases], [lease_ms, field])
+
     @property
     def _queued_ms(self) -> int:
         # A waiter tries again at least every half of this (the scripts' wait cap), so

@@ -9,12 +9,15 @@ its lock type). A lock type subclasses :class:`LockHandle` and gives it its ``Pr
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
+from redis.exceptions import RedisError
+
 from ._config import TimeArg, check_name, check_owner, lease_seconds, wait_seconds
-from ._exceptions import LockTimeoutError
+from ._exceptions import LockError, LockTimeoutError, ReleaseError
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -22,7 +25,17 @@ if TYPE_CHECKING:
     from ._engine import Engine
     from ._primitive import Primitive
 
-__all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair")
+log = logging.getLogger("aiolock")
+
+__all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair", "extend_seconds")
+
+
+def extend_seconds(lease: object) -> float:
+    """Validate extend()'s ``lease``: a finite number of seconds > 0 (None is no lease)."""
+    seconds = lease_seconds(lease)
+    if seconds is None:
+        raise TypeError("lease must be a number of seconds > 0, not None")
+    return seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +69,10 @@ class Acquirable:
         """Release one hold."""
         raise NotImplementedError  # pragma: no cover - abstract
 
+    async def extend(self, lease: TimeArg) -> None:
+        """Make the calling holder's lease ``lease`` seconds from now."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
     @property
     def name(self) -> str:
         raise NotImplementedError  # pragma: no cover - abstract
@@ -81,8 +98,10 @@ class Acquirable:
             raise LockTimeoutError(self.name, wait)
         try:
             yield self
-        finally:
-            await self.unlock()
+        except BaseException as exc:
+            await self._release_at_exit(exc)
+            raise
+        await self._release_at_exit(None)
 
     async def __aenter__(self) -> Self:
         await self._acquire(None, None)
@@ -94,9 +113,40 @@ class Acquirable:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        # A body cancelled (even twice, the second time during this release) still
-        # releases: unlock() finishes a cancelled release in the background.
-        await self.unlock()
+        await self._release_at_exit(exc)
+
+    async def _release_at_exit(self, body_error: BaseException | None) -> None:
+        """Release at the end of a block, never hiding the body's exception.
+
+        A body cancelled (even twice, the second time during this release) still
+        releases: unlock() finishes a cancelled release in the background, and a cancel
+        during it raises CancelledError as ever. Any other failure of the release is,
+        when the body raised, a note on the body's exception (and a WARNING); else it is
+        raised: the lock's own errors (LockLostError, LockNotOwnedError) and misuse
+        (RuntimeError) as they are, a redis-py or socket error (the server unreachable)
+        as ReleaseError, so that a failed release after the work was done never reads as
+        a failed acquire.
+        """
+        try:
+            await self.unlock()
+        except Exception as exc:
+            # The server's or the network's failure (after the client's retries): the
+            # release failed. Anything else (the lock's own errors, a misuse) as it is.
+            failed = isinstance(exc, (RedisError, OSError)) and not isinstance(exc, LockError)
+            error = ReleaseError(self.name, exc) if failed else exc
+            if body_error is None:
+                if error is exc:
+                    raise
+                raise error from exc
+            if error is not exc:
+                error.__cause__ = exc
+            log.warning(
+                "aiolock: releasing %r at the end of a block that raised %r failed: %r",
+                self.name,
+                body_error,
+                error,
+            )
+            body_error.add_note(f"aiolock: and releasing lock {self.name!r} failed: {error!r}")
 
 
 class LockHandle(Acquirable):
@@ -142,6 +192,15 @@ class LockHandle(Acquirable):
     async def unlock(self) -> None:
         """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
         await self._engine.release(self._p, self._owner)
+
+    async def extend(self, lease: TimeArg) -> None:
+        """Make the calling holder's lease ``lease`` seconds from now.
+
+        Raises LockNotOwnedError / LockLostError as unlock() does. A hold the watchdog
+        renews stays renewed: only its current expiry moves, and the watchdog's next
+        renewal (every third of ``watchdog_timeout``) gives it the watchdog's lease again.
+        """
+        await self._engine.extend(self._p, self._owner, round(extend_seconds(lease) * 1000))
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""

@@ -20,6 +20,9 @@ if TYPE_CHECKING:
 
 __all__ = ("Hold", "HoldRegistry")
 
+# Past this many holds of ended tasks remembered, those whose lease ran out are forgotten.
+_ENDED_PRUNE = 1000
+
 log = logging.getLogger("aiolock")
 
 
@@ -49,6 +52,9 @@ class Hold:
     # The registry's set of ``task``'s holds, this one among them: dropping the hold needs
     # no lookup in the registry's weak mapping (a weak lookup per unlock is measurable).
     task_holds: set[Hold] | None = dataclasses.field(default=None, repr=False)
+    # The primitive it is a hold of (the engine's ``Primitive``, opaque here): what
+    # aclose() needs to release it once its task has ended.
+    primitive: Any = dataclasses.field(default=None, repr=False)
 
     @property
     def count(self) -> int:
@@ -82,10 +88,14 @@ class Renewal(Protocol):
 class HoldRegistry:
     """Every hold of one client, and the link to its renewal service."""
 
-    __slots__ = ("_by_task", "_clock", "_holds", "_renewal")
+    __slots__ = ("_by_task", "_clock", "_ended", "_holds", "_renewal", "_watchdog_ms")
 
-    def __init__(self, renewal: Renewal) -> None:
+    def __init__(self, renewal: Renewal, *, watchdog_ms: int = 30_000) -> None:
         self._renewal = renewal
+        self._watchdog_ms = watchdog_ms
+        # Holds whose task ended holding them, each with how many holds it kept and the
+        # latest (loop) time its lease can still run: aclose() releases them at once.
+        self._ended: dict[Hold, tuple[int, float]] = {}
         # Counts the holds begun; see Hold.since.
         self._clock = 0
         self._holds: dict[tuple[str, str], Hold] = {}
@@ -181,6 +191,13 @@ class HoldRegistry:
         else:
             self._renewal.untrack(hold)
 
+    def extended(self, hold: Hold, lease_ms: int) -> None:
+        """Record an extend() the server confirmed: explicit leases become ``lease_ms``.
+
+        Watchdog entries stay None: the hold stays renewed.
+        """
+        hold.leases = [lease if lease is None else lease_ms for lease in hold.leases]
+
     def drop(self, hold: Hold) -> None:
         """Forget ``hold`` entirely."""
         hold.leases.clear()
@@ -237,6 +254,23 @@ class HoldRegistry:
         holds.add(hold)
         hold.task_holds = holds
 
+    def ended(self, now: float) -> list[tuple[Hold, int]]:
+        """Take the holds whose task ended holding them, with how many holds each kept.
+
+        Only those whose lease may still run at ``now`` (loop time).
+        """
+        ended, self._ended = self._ended, {}
+        return [(hold, kept) for hold, (kept, until) in ended.items() if until > now]
+
+    def _remember_ended(self, hold: Hold, kept: int, watchdog_ms: int) -> None:
+        now = asyncio.get_running_loop().time()
+        # The lease runs at most this long from now: the renewal stops here.
+        longest = max([watchdog_ms, *(lease for lease in hold.leases if lease is not None)])
+        if len(self._ended) >= _ENDED_PRUNE:
+            # A long-lived client whose tasks keep ending holding: forget the expired.
+            self._ended = {h: v for h, v in self._ended.items() if v[1] > now}
+        self._ended[hold] = (kept, now + longest / 1000)
+
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         # A task cannot unlock after it ended: its holds would otherwise be renewed forever.
         # A copy: drop() takes each hold out of the set.
@@ -250,11 +284,13 @@ class HoldRegistry:
             if kept > 0 and hold.lost is None:
                 log.warning(
                     "aiolock: task %s ended while %s held lock %r (%d hold(s)); it is no "
-                    "longer renewed and expires with its lease",
+                    "longer renewed and expires with its lease, or is released when the "
+                    "client closes",
                     task.get_name(),
                     hold.holder,
                     hold.name,
                     kept,
                 )
+                self._remember_ended(hold, kept, self._watchdog_ms)
             if kept > 0:
                 self.drop(hold)

@@ -22,8 +22,9 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
+from ._config import TimeArg
 from ._exceptions import LockError, LockLostError
-from ._handle import Acquirable, LockHandle, LockStatistics
+from ._handle import Acquirable, LockHandle, LockStatistics, extend_seconds
 from ._holders import asking_for
 
 __all__ = ("MultiLock", "RedLock")
@@ -203,6 +204,28 @@ class _Composite(Acquirable):
     def _check_release(self, released: int, errors: list[BaseException]) -> None:
         if errors:
             raise errors[0]
+
+    async def extend(self, lease: TimeArg) -> None:
+        """Extend every member held (a RedLock: a majority must confirm) to ``lease`` s.
+
+        Each member is tried even when another fails, each for 1.5 s at most (an extend
+        cut off only moved an expiry, or did nothing); then, as for unlock(), the first
+        failure is raised (a RedLock raises only when fewer than a majority confirmed).
+        """
+        seconds = extend_seconds(lease)
+        members = self._to_release()
+        errors: list[BaseException] = []
+        for member in members:
+            scope = asyncio.timeout(_QUERY_CALL)
+            try:
+                async with scope:
+                    await member.extend(seconds)
+            except TimeoutError as exc:
+                log.warning("aiolock: %r: extending member %r failed: %r", self, member.name, exc)
+                errors.append(exc)
+            except (LockError, RedisError, OSError) as exc:
+                errors.append(exc)
+        self._check_release(len(members) - len(errors), errors)
 
     async def force_unlock(self) -> bool:
         """Delete every member whoever holds it; True if any was held."""

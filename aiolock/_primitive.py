@@ -14,6 +14,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ._config import check_name
+from ._scripts import load_script
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -163,6 +164,15 @@ class Primitive(Waitable):
     def hold_kind(self, holder: str) -> tuple[str, str]:
         """How a hold renews: its renewal kind and the extra data that kind needs."""
         return "hash", ""
+
+    def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
+        """Give ``field``'s hold a lease of ``lease_ms`` from now: ``[1]``, or ``[0]`` if gone.
+
+        The watchdog's own renewal script for the hold's kind, on a batch of one: an
+        extend is a renewal with a lease of the caller's choosing. ``extra`` is the hold
+        kind's data (``hold_kind``), ``count`` the holder's number of holds.
+        """
+        return Invocation(load_script("lock_renew"), [self.key], [lease_ms, field])
 
     def acquire(
         self, call: Call, target: int, tombstone: str

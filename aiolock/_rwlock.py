@@ -85,6 +85,12 @@ class ReadPrimitive(_Side):
         # The watchdog renews the hash and this holder's own per-hold timeout keys.
         return "read", rwlock_timeout_prefix(self.key, holder)
 
+    def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
+        # Every read hold of the holder gets the lease (its own timeout key), the hash a
+        # TTL of at least it: the watchdog's script, given every hold's number.
+        holds = ",".join(str(k) for k in range(1, count + 1))
+        return Invocation(load_script("rw_read_renew"), [self.key, extra], [lease_ms, field, holds])
+
     def acquire(self, call: Call, target: int, tombstone: str) -> Invocation:
         return Invocation(
             load_script("rw_read_acquire"),

@@ -44,7 +44,7 @@ from ._resp import REPLY_ERRORS, ErrorReply, error_reply, from_redis_py
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
 
-__all__ = ("Wire", "WireListener", "open_wire")
+__all__ = ("Wire", "WireListener", "abandon_loop", "open_wire")
 
 log = logging.getLogger("aiolock")
 
@@ -77,6 +77,8 @@ class Wire:
         self.inherited = False
         #: Where it goes, for messages.
         self.peer = _describe(conn)
+        #: The event loop its transport belongs to.
+        self.loop = asyncio.get_running_loop()
         _open_wires.add(self)
 
     def _inherit(self) -> None:
@@ -106,6 +108,34 @@ class Wire:
                 each._closing = True
             if hasattr(each, "_closed"):  # a TLS transport over one
                 each._closed = True
+        conn._reader = conn._writer = None
+
+    def _abandon(self) -> None:
+        """Its event loop is closed: close the socket without the loop.
+
+        Nothing can run on a closed loop (``transport.close()`` would schedule its
+        callback there and fail), and the transport, garbage once its loop is gone, would
+        warn ``unclosed transport``. So its socket is closed here and the transports
+        marked closed (asyncio's private fields, as in ``_inherit``); redis-py's
+        connection forgets its streams. The listener is not told: its futures belong to
+        the dead loop too.
+        """
+        self.closed = True
+        conn: Any = self._conn
+        writer = getattr(conn, "_writer", None)
+        transport = getattr(writer, "transport", None)
+        below = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
+        for each in (transport, below):
+            if each is None:
+                continue
+            if hasattr(each, "_closing"):  # a socket transport
+                each._closing = True
+            if hasattr(each, "_closed"):  # a TLS transport over one
+                each._closed = True
+            sock = getattr(each, "_sock", None)
+            if sock is not None:
+                sock.close()
+                each._sock = None
         conn._reader = conn._writer = None
 
     @property
@@ -275,6 +305,13 @@ def _inherit_all() -> None:
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
     os.register_at_fork(after_in_child=_inherit_all)
+
+
+def abandon_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Close the sockets of every wire of ``loop``, a closed event loop (see ``_abandon``)."""
+    for wire in list(_open_wires):
+        if wire.loop is loop and not wire.inherited:
+            wire._abandon()
 
 
 def _wanted() -> str:

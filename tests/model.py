@@ -43,7 +43,7 @@ Kind = Literal["lock", "fair", "rw", "fenced", "spin", "frw", "mixed"]
 #: The kinds with a read and a write view.
 RW_KINDS: frozenset[Kind] = frozenset({"rw", "frw"})
 View = Literal["x", "r", "w"]
-OpKind = Literal["lock", "try0", "trywait", "unlock", "force"]
+OpKind = Literal["lock", "try0", "trywait", "unlock", "force", "extend"]
 Field = tuple[str, View]
 
 # What a call answered: its value, or the name of what it raised.
@@ -193,6 +193,8 @@ class Model:
         """Every answer the contract allows for ``op`` now, each with the model after it."""
         if op.kind == "unlock":
             return [self._unlock_outcome(op.field)]
+        if op.kind == "extend":
+            return [self._extend_outcome(op.field)]
         if op.kind == "force":
             return [self._force_outcome(op.view)]
         grant = self.grant(op.field)
@@ -224,6 +226,15 @@ class Model:
             return OK, self._unlocked(f)
         if f in self.lost:
             return LOST, self._forgotten(f)
+        return NOT_OWNED, self
+
+    def _extend_outcome(self, f: Field) -> tuple[str, Model]:
+        # As unlock() answers, but nothing changes: a lost hold stays believed (its
+        # unlock() still raises LockLostError).
+        if self.count(f) > 0:
+            return OK, self
+        if f in self.lost:
+            return LOST, self
         return NOT_OWNED, self
 
     def _force_outcome(self, view: View) -> tuple[str, Model]:

@@ -149,6 +149,7 @@ class Call(enum.Enum):
     ACQUIRED_EXIT = "acquired5_exit"
     UNLOCK = "unlock"
     FORCE = "force_unlock"
+    EXTEND = "extend"
 
     @property
     def acquires(self) -> bool:
@@ -220,6 +221,9 @@ def scenarios_of(call: Call, kind: Kind) -> tuple[Scenario, ...]:
             Scenario.RACED_EARLY,
             *((Scenario.RACED_SIBLING,) if hands_over else ()),
         )
+    if call is Call.EXTEND:
+        # It only moves an expiry: the holder's count stays, cancelled or not.
+        return (Scenario.COUNT1, Scenario.COUNT2)
     if call.releases:
         return (
             Scenario.COUNT1,
@@ -247,7 +251,7 @@ class Spec:
 
 
 def all_specs() -> list[Spec]:
-    """Every combination: 8 lock types x 9 calls x their 3 or 4 scenarios x (task, owner=)."""
+    """Every combination: 8 lock types x 10 calls x their 3 or 4 scenarios x (task, owner=)."""
     return [
         Spec(kind, call, scenario, owner)
         for kind in Kind
@@ -659,6 +663,8 @@ class _Case:
             fn, releaser = h.__aenter__, partial(h.__aexit__, None, None, None)
         elif call is Call.FORCE:
             fn, releaser = h.force_unlock, None
+        elif call is Call.EXTEND:
+            fn, releaser = partial(h.extend, 20), None
         else:
             # A release: the hold it gives back is the innermost one.
             fn, releaser = self.stack.pop(), None

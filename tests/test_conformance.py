@@ -531,3 +531,47 @@ async def test_child_task_waits_for_parent(
         await handle.unlock()
         await acquired.wait()
     assert not await handle.is_locked()
+
+
+class Extendable(LockLike, Protocol):
+    """A lock handle with extend() (every lock kind, MultiLock and RedLock)."""
+
+    async def extend(self, lease: float) -> None: ...
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_extend_moves_the_lease(kind: LockKind, client: aiolock.Client, name: str) -> None:
+    """extend(lease): the holder's lease becomes ``lease`` s from now, longer or shorter."""
+    handle: Extendable = kind.make(client, name)  # type: ignore[assignment]
+    await handle.lock(lease=3)
+    await handle.extend(60)
+    lease = await handle.remaining_lease()
+    assert lease is not None
+    assert 30 < lease <= 60
+    assert await handle.hold_count() == 1
+    await handle.unlock()
+    assert not await handle.is_locked()
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_extend_not_held_raises(kind: LockKind, client: aiolock.Client, name: str) -> None:
+    """extend() by a holder that holds nothing raises LockNotOwnedError, as unlock() does."""
+    handle: Extendable = kind.make(client, name)  # type: ignore[assignment]
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await handle.extend(5)
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_extend_after_force_unlock_raises_lost(
+    kind: LockKind, make_client: ClientFactory, name: str
+) -> None:
+    """A hold taken by another client's force_unlock(): extend() raises LockLostError, and
+    so does the holder's unlock() after it."""
+    a, b = make_client(), make_client()
+    handle: Extendable = kind.make(a, name)  # type: ignore[assignment]
+    await handle.lock()
+    assert await kind.make(b, name).force_unlock()
+    with pytest.raises(aiolock.LockLostError):
+        await handle.extend(5)
+    with pytest.raises(aiolock.LockLostError):
+        await handle.unlock()

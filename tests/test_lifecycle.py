@@ -45,6 +45,7 @@ _LOCK: dict[str, Call] = {
     "lock": lambda h: h.lock(),
     "try_lock": lambda h: h.try_lock(),
     "unlock": lambda h: h.unlock(),
+    "extend": lambda h: h.extend(5),
     "force_unlock": lambda h: h.force_unlock(),
     "is_locked": lambda h: h.is_locked(),
     "is_held_by_current_task": lambda h: h.is_held_by_current_task(),

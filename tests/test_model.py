@@ -99,6 +99,9 @@ OWNER = "o1"
 PROMPT = 3.0
 #: The wait of a bounded try_lock: short, as it is spent in full when the lock is taken.
 WAIT = 0.02
+#: The lease of an extend(): a watchdog hold gets the watchdog's lease back at its next
+#: renewal, so any lease longer than a renewal period keeps every hold of the model held.
+EXTEND = 30.0
 #: Nothing of one step may take longer than this (a guard: PROMPT catches hangs first).
 STEP_LIMIT = 60.0
 #: Under --faults, client B's watchdog_timeout: its leases run out within an example.
@@ -485,15 +488,15 @@ class _Machine(RuleBasedStateMachine):
     def call_fn(self, handle: Handle, kind: OpKind) -> Callable[[], Awaitable[Any]]:
         if isinstance(handle, aiolock.FencedLock) and kind in {"lock", "try0", "trywait"}:
             return self._fenced_call(handle, kind)
-        if kind == "lock":
-            return handle.lock
-        if kind == "try0":
-            return lambda: handle.try_lock(0)
-        if kind == "trywait":
-            return lambda: handle.try_lock(WAIT)
-        if kind == "unlock":
-            return handle.unlock
-        return handle.force_unlock
+        calls: dict[OpKind, Callable[[], Awaitable[Any]]] = {
+            "lock": handle.lock,
+            "try0": lambda: handle.try_lock(0),
+            "trywait": lambda: handle.try_lock(WAIT),
+            "unlock": handle.unlock,
+            "extend": lambda: handle.extend(EXTEND),
+            "force": handle.force_unlock,
+        }
+        return calls[kind]
 
     def _fenced_call(
         self, handle: aiolock.FencedLock, kind: OpKind
@@ -586,6 +589,17 @@ class _Machine(RuleBasedStateMachine):
             return
         holder, view = fields[pick % len(fields)]
         self.run(self._do(self._executor(holder, actor), Op(holder, view, "unlock")))
+
+    @rule(pick=picks, actor=actor_indices)
+    @traced
+    def extend_held(self, pick: int, actor: int) -> None:
+        """A holder extends what it holds, or believes it holds (LockLostError)."""
+        fields = self.model.held_fields() + sorted(self.model.lost)
+        if not fields:
+            self.log("extend_held: nobody holds the lock")
+            return
+        holder, view = fields[pick % len(fields)]
+        self.run(self._do(self._executor(holder, actor), Op(holder, view, "extend")))
 
     @rule(who=whos, view=view_choices)
     @traced

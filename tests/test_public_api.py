@@ -100,6 +100,7 @@ ERRORS = [
     aiolock.LockNotOwnedError,
     aiolock.LockTimeoutError,
     aiolock.LockUpgradeError,
+    aiolock.ReleaseError,
     aiolock.ReplicaAckError,
 ]
 

@@ -271,13 +271,19 @@ class _Composite(Acquirable):
                 # Read-only queries, cancelled: they end at once (no need to wait out a
                 # server); waited for so that none is left behind or its error unread.
                 await asyncio.wait(pending)
+        raised: BaseException | None = None
         for member, asked in zip(self._members, asking, strict=True):
             if asked.cancelled():
                 log.info("aiolock: %r: member %r did not answer in time", self, member.name)
                 continue
+            # Every task's error is read, the ones after the first raised included: an
+            # error never read is logged ("Task exception was never retrieved") when the
+            # task is collected, wherever that happens.
             error = asked.exception()
-            if error is not None and not self._unanswered(member, error):
-                raise error
+            if error is not None and raised is None and not self._unanswered(member, error):
+                raised = error
+        if raised is not None:
+            raise raised
         return _answers(asking)
 
     def _unanswered(self, member: LockHandle, error: BaseException) -> bool:

@@ -338,6 +338,8 @@ class Guarded:
         self._entry = 0
 
     async def __aenter__(self) -> Hold:
+        if self._hold is not None:
+            raise RuntimeError("a guarded() block is entered once: call guarded() again")
         hold = await self._lock._guard_acquire(self._wait, self._lease)
         if hold is None:
             assert self._wait is not None

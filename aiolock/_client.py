@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 
     from redis.asyncio.connection import AbstractConnection
 
-    from ._holds import Hold
 
 __all__ = ("Client",)
 
@@ -59,6 +58,9 @@ _UNBOUNDED_SEND = 30.0
 _BACKOFF_CAP = 10.0
 # Margin on every latch and tombstone beyond the last resend that can still reach the server.
 _LATCH_MARGIN = 5.0
+# How long aclose() lets the guarded bodies it cancelled take to leave their blocks: they
+# raise at their next await, so this only bounds one that swallows the cancel.
+_GUARDED_EXIT = 1.0
 
 
 class Client:
@@ -158,8 +160,8 @@ class Client:
         self._affinity = Affinity(on_new_loop=self._rebind)
         # What aclose() has left to do: None before it is first called.
         self._closing: list[tuple[bool, Callable[[], Awaitable[None] | None]]] | None = None
-        # Holds whose guarded bodies aclose() cancelled (see _before_close).
-        self._cancelled_holds: list[Hold] = []
+        # aclose()'s wait for the guarded bodies it cancelled to leave their blocks.
+        self._guarded_left: Awaitable[bool] | None = None
         self._build()
         self._engine = Engine(
             settings=self._settings,
@@ -441,6 +443,7 @@ class Client:
         return [
             # First: cancel guarded bodies, whose holds are then released at once below.
             (False, self._before_close),
+            (True, self._guarded_exits),
             (False, self._renewal.aclose),
             (False, self._sentinel.aclose if self._sentinel is not None else _nothing),
             (False, self._waiting.close),
@@ -460,15 +463,34 @@ class Client:
         ]
 
     def _before_close(self) -> None:
-        """aclose()'s first step: cancel the guarded bodies (issue 22).
+        """aclose()'s first step: cancel every guarded body.
 
-        HOOK for the guard branch: call the guard service's ``cancel_all()`` here and put
-        the holds whose bodies it cancelled in ``self._cancelled_holds``: the
-        ``_release_ended`` step releases them at once, with those of ended tasks.
+        Their blocks raise LockLostError and release in the background, which the later
+        steps wait for.
         """
+        self._guarded_left = self._engine.guard.cancel_all_and_wait()
+
+    async def _guarded_exits(self) -> None:
+        """Let the cancelled guarded bodies leave their blocks, for at most _GUARDED_EXIT.
+
+        A body that swallows its cancel runs on: its hold is then left as any running
+        task's (it expires with its lease, with a WARNING), not waited for.
+        """
+        left = self._guarded_left
+        if left is None:
+            return
+        self._guarded_left = None
+        try:
+            async with asyncio.timeout(_GUARDED_EXIT):
+                await left
+        except TimeoutError:
+            log.warning(
+                "aiolock: a guarded body cancelled by aclose() did not leave its block within %g s",
+                _GUARDED_EXIT,
+            )
 
     def _release_ended(self) -> Awaitable[None]:
-        return self._engine.release_ended(self._cancelled_holds)
+        return self._engine.release_ended()
 
     def _warn_held(self) -> None:
         for hold in self._holds:

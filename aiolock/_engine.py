@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import AuthenticationError, ResponseError
@@ -37,6 +37,7 @@ from ._exceptions import (
     LockUpgradeError,
     ReplicaAckError,
 )
+from ._guard import Guard
 from ._handover import HandOvers, Offer
 from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
@@ -146,6 +147,9 @@ class Engine:
         self._background = background
         self._latches = latches
         self._handovers = HandOvers()
+        #: The guarded holds' watch (``_guard.py``): aclose() calls ``guard.cancel_all()``.
+        #: Its timer is the loop's, so a new loop gets a new one.
+        self.guard = Guard(self.settings.lease_ms / 1000)
 
     # -- the client's side ----------------------------------------------------------------
 
@@ -202,15 +206,17 @@ class Engine:
         lease: float | None,
         *,
         receipt: list[int] | None = None,
+        timed: bool = False,
     ) -> bool:
         """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
 
         ``receipt``: the acquisition's token is appended to it (a fenced lock's).
+        ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
         """
         mark, task = self._call_starts()
         try:
             return await self._acquire(
-                p, owner, wait, lease, mark=mark, calling=task, receipt=receipt
+                p, owner, wait, lease, mark=mark, calling=task, receipt=receipt, timed=timed
             )
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
@@ -253,6 +259,7 @@ class Engine:
         mark: int,
         calling: asyncio.Task[Any] | None,
         receipt: list[int] | None,
+        timed: bool,
     ) -> bool:
         holder, task = self.holder(owner, calling)
         if not self._order.busy((p.key, holder)):
@@ -267,7 +274,7 @@ class Engine:
         deadline = None if wait is None else loop.time() + wait
         won_lease = None if lease is None else lease_ms
         call = Call(
-            holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt, calling
+            holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt, calling, timed
         )
         if p.polls:
             return await self._acquire_polling(p, call)
@@ -544,6 +551,14 @@ class Engine:
             # A hold known lost counts for nothing: the server no longer has it.
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._request_id())
+            # The lease runs at least until the send time plus the lease (the guard's
+            # confirmation): taken before the call, which may queue for a connection. Only
+            # where a guarded hold relies on it: a plain lock() spares itself the clock.
+            sent = (
+                asyncio.get_running_loop().time()
+                if call.timed or (hold is not None and hold.guards)
+                else None
+            )
             try:
                 raw, acked = await self._sent(call, p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)
@@ -586,13 +601,20 @@ class Engine:
                 raise ClientClosedError
             raise asyncio.CancelledError
         if reply.acquired:
-            self._won_in_turn(p, call, reply, ticket, tombstone)
+            self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent)
             return reply
         ticket.release()
         return reply
 
     def _won_in_turn(
-        self, p: Primitive, call: Call, reply: AcquireReply, ticket: Ticket, tombstone: str
+        self,
+        p: Primitive,
+        call: Call,
+        reply: AcquireReply,
+        ticket: Ticket,
+        tombstone: str,
+        *,
+        sent: float | None,
     ) -> None:
         """Record the hold an attempt took, and end the holder's turn."""
         if call.receipt is not None and reply.token is None:
@@ -602,7 +624,7 @@ class Engine:
             self._undo_later(p, ticket, call, reply.count, tombstone)
             raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
         try:
-            self._won(p, call, reply.count, token=reply.token)
+            self._won(p, call, reply.count, token=reply.token, sent=sent)
         finally:
             ticket.release()
 
@@ -697,11 +719,14 @@ class Engine:
         *,
         lease_ms: int | None = None,
         token: int | None = None,
+        sent: float | None = None,
     ) -> None:
         """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease.
 
         ``token``: what the acquisition took (a fenced lock's), for the call's receipt.
+        ``sent``: when the call that took it (with ``call.lease_ms``) was sent.
         """
+        confirmed = None if sent is None else sent + call.lease_ms / 1000
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
@@ -715,6 +740,7 @@ class Engine:
             lease_ms=call.won_lease if lease_ms is None else lease_ms,
             kind=kind,
             extra=extra,
+            confirmed=confirmed,
         )
         hold.primitive = p
 
@@ -812,11 +838,11 @@ class Engine:
 
     # -- closing --------------------------------------------------------------------------
 
-    async def release_ended(self, cancelled: Collection[Hold] = ()) -> None:
+    async def release_ended(self) -> None:
         """aclose()'s release of every hold whose holder can no longer release it.
 
-        The holds of tasks that ended holding them, and ``cancelled`` (holds whose guarded
-        bodies aclose() cancelled): each released at once, so another process takes the
+        The holds of tasks that ended holding them (a guarded body that aclose() cancelled
+        releases its own, in the background): each released at once, so another process takes the
         lock over without waiting out the lease. Each is sent once, with the client's
         retries (so this is bounded with the server unreachable); a failure is logged,
         and that lock then runs out with its lease.
@@ -824,9 +850,9 @@ class Engine:
         loop = asyncio.get_running_loop()
         ended = self._holds.ended(loop.time())
         for hold in self._holds:
-            # A task ended whose done-callback has not run yet, or a guarded body cancelled.
+            # A task ended whose done-callback has not run yet.
             done = hold.task is not None and hold.task.done()
-            if (done or hold in cancelled) and hold.count and hold.lost is None:
+            if done and hold.count and hold.lost is None:
                 ended.append((hold, hold.count - hold.releasing))
                 self._holds.drop(hold)
         if ended:
@@ -963,7 +989,7 @@ class Engine:
             # Recorded now, whether the waiter takes it or has left (then its leaving
             # releases it, in its holder's turn, once it sees this outcome). As the heir's
             # hold: the kind it waits for (which takes a hand-over from this one).
-            self._won(offer.heir, offer.call, 1)
+            self._won(offer.heir, offer.call, 1, sent=offer.sent)
             if offer.abandoned:
                 self._disown(offer.heir, offer.call)
             offer.settle(handed=True)
@@ -974,6 +1000,23 @@ class Engine:
         hold = self._holds.get(p.key, call.field)
         if hold is not None:
             self._holds.disown(hold)
+
+    def release_soon(self, p: Primitive, owner: str | None) -> None:
+        """Release one hold of ``owner`` (None: the calling task) in the background.
+
+        For a guarded hold found lost: its block raises at once, whether or not the server
+        answers, and the release lands (or finds nothing) in the holder's turn.
+        """
+        holder, _ = self.holder(owner)
+        field = p.field(holder)
+        self._background.complete(
+            self._order.join((p.key, holder)), self._release_later(p, holder, field)
+        )
+
+    def hold_of(self, p: Primitive, owner: str | None) -> Hold | None:
+        """The calling holder's hold on ``p`` as this client records it (None: none)."""
+        holder, _ = self.holder(owner)
+        return self._holds.get(p.key, p.field(holder))
 
     async def _release_later(self, p: Primitive, holder: str, field: str) -> None:
         """An unlock() cancelled before its turn: release in the background when it comes."""

@@ -55,6 +55,14 @@ class Hold:
     # The primitive it is a hold of (the engine's ``Primitive``, opaque here): what
     # aclose() needs to release it once its task has ended.
     primitive: Any = dataclasses.field(default=None, repr=False)
+    # Until when (loop.time()) the server keeps it at least: the send time of the last
+    # answered acquire or renewal plus the lease it set (0: not known). The guard reads it.
+    confirmed: float = 0.0
+    # Acquires recorded with a confirmation: a renewal answered after another one was
+    # recorded may have run before that acquire set a shorter lease, and confirms nothing.
+    confirms: int = 0
+    # The guarded holds (``_guard.Hold``) watching this one: told at once when it is lost.
+    guards: list[Any] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def count(self) -> int:
@@ -147,8 +155,13 @@ class HoldRegistry:
         lease_ms: int | None,
         kind: str = "hash",
         extra: str = "",
+        confirmed: float | None = None,
     ) -> Hold:
-        """Record a successful acquisition; ``count`` is the server's count after it."""
+        """Record a successful acquisition; ``count`` is the server's count after it.
+
+        ``confirmed``: until when the acquire's answer shows the lease runs (its send time
+        plus its lease); None: no new confirmation.
+        """
         hold = self._holds.get((key, field))
         if hold is None:
             hold = self._holds[key, field] = Hold(
@@ -173,6 +186,10 @@ class HoldRegistry:
             hold.leases = [lease_ms] * (count - 1)
             hold.lost = None
         hold.leases.append(lease_ms)
+        if confirmed is not None:
+            # Set, not raised: the acquire set the lease anew, perhaps shorter than before.
+            hold.confirmed = confirmed
+            hold.confirms += 1
         if hold.renewed:
             self._renewal.track(hold)
         return hold
@@ -223,6 +240,10 @@ class HoldRegistry:
         if hold.lost is None:
             hold.lost = why
         self._renewal.untrack(hold)
+        if hold.guards:
+            # Guarded bodies stop at once (the guard only schedules their cancellation).
+            for guarded in list(hold.guards):
+                guarded.member_lost(why)
 
     def report_lost(self, hold: Hold, why: str) -> None:
         """A hold found gone on the server: log it once, then mark it lost."""

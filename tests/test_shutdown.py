@@ -93,3 +93,27 @@ async def test_aclose_is_bounded_with_the_server_unreachable(
         assert any("could not release" in r.getMessage() for r in caplog.records)
     finally:
         await proxy.restore()
+
+
+async def test_aclose_cancels_guarded_bodies_and_releases_their_holds(
+    make_client: ClientFactory, name: str
+) -> None:
+    """aclose() first cancels every guarded body: its block raises LockLostError, and its
+    hold is released before the connections close, so another process takes over at once."""
+    a, b = make_client(), make_client()
+    inside = asyncio.Event()
+
+    async def work() -> None:
+        async with a.lock(name).guarded():
+            inside.set()
+            await asyncio.Event().wait()  # works until told to stop
+
+    task = asyncio.create_task(work())
+    await inside.wait()
+    async with asyncio.timeout(LIMIT):
+        await a.aclose()
+    with pytest.raises(aiolock.LockLostError, match="closing"):
+        await task
+    # At once: the lease (30 s) is not waited out.
+    assert await b.lock(name).try_lock(wait=0)
+    await b.lock(name).unlock()

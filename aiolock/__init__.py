@@ -19,6 +19,7 @@ from ._fair_rwlock import FairReadWriteLock as FairReadWriteLock
 from ._fair_rwlock import FairWriteLock as FairWriteLock
 from ._fenced import FencedLock as FencedLock
 from ._handle import LockStatistics as LockStatistics
+from ._leader import Leader as Leader
 from ._lock import Lock as Lock
 from ._multilock import MultiLock as MultiLock
 from ._multilock import RedLock as RedLock
@@ -38,6 +39,7 @@ __all__ = (
     "FairReadWriteLock",
     "FairWriteLock",
     "FencedLock",
+    "Leader",
     "Lock",
     "LockError",
     "LockLostError",

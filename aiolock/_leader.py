@@ -14,8 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -93,7 +93,7 @@ class Leader:
             finally:
                 self._terms.discard(hold)
 
-    async def run(self, work: Callable[[], Awaitable[T]]) -> T:
+    def run(self, work: Callable[[], Awaitable[T]]) -> Coroutine[Any, Any, T]:
         """Campaign, run ``await work()`` as the leader; after a lost term, campaign again.
 
         Returns what ``work`` returns, after the term ended (the lock released); an
@@ -103,6 +103,9 @@ class Leader:
         """
         if not callable(work):
             raise TypeError(f"work must be a callable returning an awaitable, not {work!r}")
+        return self._run(work)
+
+    async def _run(self, work: Callable[[], Awaitable[T]]) -> T:
         pause = _RETRY_FIRST
         while True:
             term: Hold | None = None

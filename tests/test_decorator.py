@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock._decorator import KINDS
+from aiolock._decorator import KINDS, lock_of_kind
 
 from .helpers import wait_until
 
@@ -101,8 +101,6 @@ async def test_every_kind(client: aiolock.Client, raw: Redis, uid: str, kind: An
 
     async def probe() -> bool:
         # From another task (another holder): a writer for a read lock, else the same kind.
-        from aiolock._decorator import lock_of_kind
-
         lock = factory() or lock_of_kind(client, kind, name)
         return await lock.try_lock(wait=0)
 

@@ -13,6 +13,7 @@ from redis.asyncio import Redis
 import aiolock
 from aiolock._decorator import KINDS, lock_of_kind
 
+from .conftest import ClientFactory
 from .helpers import wait_until
 
 
@@ -70,7 +71,7 @@ async def test_calls_on_one_name_exclude_each_other(client: aiolock.Client, uid:
     assert most == {1: 1, 2: 1}
 
 
-async def test_wait_runs_out_as_acquired(make_client: Any, uid: str) -> None:
+async def test_wait_runs_out_as_acquired(make_client: ClientFactory, uid: str) -> None:
     """``wait`` is ``acquired(wait=...)``'s: LockTimeoutError (a TimeoutError) when it runs
     out, and the function never runs."""
     holder, other = make_client(), make_client()
@@ -111,10 +112,11 @@ async def test_every_kind(client: aiolock.Client, raw: Redis, uid: str, kind: An
     assert await body(kind) is False
 
 
-async def test_the_call_is_guarded(make_client: Any, uid: str) -> None:
+async def test_the_call_is_guarded(make_client: ClientFactory, uid: str) -> None:
     """A call whose lock is taken from it (force_unlock) is cancelled and raises
     LockLostError; the next call takes the lock again."""
-    client, admin = make_client(), make_client()
+    # A watchdog renewed every 0.3 s: the renewal finds the lock gone within that.
+    client, admin = make_client(watchdog_timeout=0.9), make_client()
     entered = asyncio.Event()
 
     @client.locked(uid + ":{n}")
@@ -207,7 +209,7 @@ def test_bad_times_refused(client: aiolock.Client, arg: str, value: Any) -> None
 
 def test_sync_function_refused(client: aiolock.Client) -> None:
     with pytest.raises(TypeError, match="coroutine functions"):
-        client.locked("x")(lambda: None)  # type: ignore[arg-type]
+        client.locked("x")(lambda: None)  # type: ignore[arg-type, return-value]
 
 
 async def test_format_failure_at_call(client: aiolock.Client, raw: Redis) -> None:

@@ -177,7 +177,7 @@ class LeaderMachine(RuleBasedStateMachine):
         assert len(self.active) <= 1, self.active
         leaders = {i for i, c in enumerate(self.candidates) if c.leader.is_leader}
         assert leaders == self.active, f"is_leader says {leaders}, terms under way {self.active}"
-        found = self.runner.run(self.raw.hgetall(self.name))
+        found = self.runner.run(self._hash())
         if not self.active:
             assert not found, f"nobody in a term, the lock holds {found}"
             return
@@ -185,6 +185,9 @@ class LeaderMachine(RuleBasedStateMachine):
         client = self.clients[CANDIDATES[i]]
         assert list(found.values()) == ["1"], found
         assert next(iter(found)).startswith(client.id + ":"), (found, client.id)
+
+    async def _hash(self) -> dict[str, str]:
+        return {str(k): str(v) for k, v in (await self.raw.hgetall(self.name)).items()}
 
     def teardown(self) -> None:
         async def close() -> None:

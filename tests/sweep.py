@@ -59,6 +59,7 @@ from .helpers import dispatchers_of, quiesce, wait_until
 
 __all__ = (
     "GUARDED_CALLS",
+    "LEADER_CALLS",
     "AnyLock",
     "Call",
     "Holder",
@@ -151,6 +152,9 @@ class Call(enum.Enum):
     #: A guarded block's entry and exit (``guarded(wait=5)``, issue 22).
     GUARDED = "guarded5_enter"
     GUARDED_EXIT = "guarded5_exit"
+    #: A leader's term entered and left (``client.leader(name).elected()``, issue 22).
+    ELECTED = "elected_enter"
+    ELECTED_EXIT = "elected_exit"
     UNLOCK = "unlock"
     FORCE = "force_unlock"
 
@@ -165,10 +169,16 @@ class Call(enum.Enum):
         return self in _RELEASES
 
 
-_ACQUIRES = frozenset({Call.LOCK, Call.TRY0, Call.TRY5, Call.ACQUIRED, Call.AENTER, Call.GUARDED})
-_RELEASES = frozenset({Call.UNLOCK, Call.AEXIT, Call.ACQUIRED_EXIT, Call.GUARDED_EXIT})
+_ACQUIRES = frozenset(
+    {Call.LOCK, Call.TRY0, Call.TRY5, Call.ACQUIRED, Call.AENTER, Call.GUARDED, Call.ELECTED}
+)
+_RELEASES = frozenset(
+    {Call.UNLOCK, Call.AEXIT, Call.ACQUIRED_EXIT, Call.GUARDED_EXIT, Call.ELECTED_EXIT}
+)
 #: The guarded block's calls (the quick sweep takes them on the plain lock only).
 GUARDED_CALLS = frozenset({Call.GUARDED, Call.GUARDED_EXIT})
+#: A leader's calls: an election is on the plain lock, held by a task (no owner=).
+LEADER_CALLS = frozenset({Call.ELECTED, Call.ELECTED_EXIT})
 
 
 class Scenario(enum.Enum):
@@ -262,6 +272,7 @@ def all_specs() -> list[Spec]:
         for owner in (None, "holder")
         # A hand-over goes to a task's call only: an owner= holder's never is the heir.
         if not (scenario is Scenario.RACED_SIBLING and owner is not None)
+        and not (call in LEADER_CALLS and (kind is not Kind.LOCK or owner is not None))
     ]
 
 
@@ -612,6 +623,10 @@ class _Case:
             guarded = h.guarded(wait=5)
             await self.holder.call(guarded.__aenter__)
             self.stack.append(_exit_of(guarded))
+        elif how is Call.ELECTED_EXIT:
+            term = self.sweep.a.leader(self.name).elected()
+            await self.holder.call(term.__aenter__)
+            self.stack.append(_exit_of(term))
         else:
             await self.holder.call(h.lock)
             self.stack.append(h.unlock)
@@ -675,6 +690,14 @@ class _Case:
                 return not (await guarded.__aenter__()).lost
 
             releaser = _exit_of(guarded)
+        elif call is Call.ELECTED:
+            term = self.sweep.a.leader(self.name).elected()
+
+            async def fn() -> object:
+                # Elected: the term's hold is guarded, not lost.
+                return not (await term.__aenter__()).lost
+
+            releaser = _exit_of(term)
         elif call is Call.FORCE:
             fn, releaser = h.force_unlock, None
         else:

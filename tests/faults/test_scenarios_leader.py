@@ -53,7 +53,8 @@ class Term:
     start: float
     end: float = 0.0
     outcome: str = "running"
-    """``returned`` (stepped down), ``lost`` (cancelled: the hold was lost), ``cancelled``."""
+    """``returned`` (stepped down), ``lost`` (cancelled: the hold was lost), or ``lost at
+    release`` (the work returned before the loss was noticed; run() raised LockLostError)."""
     forced: float | None = None
     """When the lock was forced away from this term, if it was."""
 
@@ -103,7 +104,10 @@ async def test_leader_under_faults(aof_lock_server: LocalServer) -> None:
             try:
                 await leader.run(work)
             except aiolock.LockLostError:
-                faults["run() raised LockLostError"] += 1
+                # The work returned before the guard learnt of the loss (a forced unlock
+                # between two renewals): the release found it, and run() says so.
+                mine = [t for t in terms if t.candidate == i]
+                mine[-1].outcome = "lost at release"
             except (aiolock.LockError, RedisConnectionError, RedisTimeoutError) as exc:
                 # A release that failed after the work returned (the server went away).
                 faults[f"run() raised {type(exc).__name__}"] += 1
@@ -178,7 +182,7 @@ async def test_leader_under_faults(aof_lock_server: LocalServer) -> None:
 
     gaps = []
     for term in terms:
-        if term.outcome != "lost":
+        if not term.outcome.startswith("lost"):
             continue
         later = [t.start for t in terms if t.start >= term.end]
         if later:
@@ -200,6 +204,6 @@ async def test_leader_under_faults(aof_lock_server: LocalServer) -> None:
     assert faults["forced unlocks"] >= 3
     assert faults["command connections killed"] >= 20
     assert outcomes["returned"] >= 10
-    assert outcomes["lost"] >= 3
+    assert outcomes["lost"] + outcomes["lost at release"] >= 3
     async with admin(server) as redis:
         assert not await redis.exists(name)

@@ -7,6 +7,12 @@ term ends when the body returns, when it raises, or when the hold is lost: then 
 cancels the body, before another candidate can be elected on the server's clock (see
 ``guarded()``), and the block raises ``LockLostError``. ``run(work)`` campaigns again after
 a lost term and after a campaign the server could not answer.
+
+A term cut off from the server ends before its lease can run out, so no other candidate is
+elected while it runs. A term whose lock is deleted under it (``force_unlock()`` from
+anywhere, Redisson's ``forceUnlock()``) learns of it at its client's next renewal (every
+third of the watchdog lease): until then the next candidate, woken at once, may already
+lead.
 """
 
 from __future__ import annotations
@@ -99,7 +105,10 @@ class Leader:
         Returns what ``work`` returns, after the term ended (the lock released); an
         exception of ``work`` propagates the same way. A campaign that fails because the
         server cannot be reached is retried; an error releasing the lock after ``work``
-        returned propagates (``work`` ran once, to the end).
+        returned propagates (``work`` ran once, to the end). So does a ``LockLostError``
+        from that release: the term was lost while ``work`` ran (taken by
+        ``force_unlock()`` between two renewals) and ``work`` finished before the guard
+        learnt of it, so another leader may have run meanwhile.
         """
         if not callable(work):
             raise TypeError(f"work must be a callable returning an awaitable, not {work!r}")

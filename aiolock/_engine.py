@@ -171,15 +171,17 @@ class Engine:
         lease: float | None,
         *,
         receipt: list[int] | None = None,
+        timed: bool = False,
     ) -> bool:
         """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
 
         ``receipt``: the acquisition's token is appended to it (a fenced lock's).
+        ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
         """
         mark, task = self._call_starts()
         try:
             return await self._acquire(
-                p, owner, wait, lease, mark=mark, calling=task, receipt=receipt
+                p, owner, wait, lease, mark=mark, calling=task, receipt=receipt, timed=timed
             )
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
@@ -222,6 +224,7 @@ class Engine:
         mark: int,
         calling: asyncio.Task[Any] | None,
         receipt: list[int] | None,
+        timed: bool,
     ) -> bool:
         holder, task = self.holder(owner, calling)
         if not self._order.busy((p.key, holder)):
@@ -236,7 +239,7 @@ class Engine:
         deadline = None if wait is None else loop.time() + wait
         won_lease = None if lease is None else lease_ms
         call = Call(
-            holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt, calling
+            holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt, calling, timed
         )
         if p.polls:
             return await self._acquire_polling(p, call)
@@ -514,8 +517,13 @@ class Engine:
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._request_id())
             # The lease runs at least until the send time plus the lease (the guard's
-            # confirmation): taken before the call, which may queue for a connection.
-            sent = asyncio.get_running_loop().time()
+            # confirmation): taken before the call, which may queue for a connection. Only
+            # where a guarded hold relies on it: a plain lock() spares itself the clock.
+            sent = (
+                asyncio.get_running_loop().time()
+                if call.timed or (hold is not None and hold.guards)
+                else None
+            )
             try:
                 raw, acked = await self._runner.run_acked(*p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)
@@ -570,7 +578,7 @@ class Engine:
         ticket: Ticket,
         tombstone: str,
         *,
-        sent: float,
+        sent: float | None,
     ) -> None:
         """Record the hold an attempt took, and end the holder's turn."""
         if call.receipt is not None and reply.token is None:
@@ -654,10 +662,7 @@ class Engine:
         ``token``: what the acquisition took (a fenced lock's), for the call's receipt.
         ``sent``: when the call that took it (with ``call.lease_ms``) was sent.
         """
-        confirmed = settled = None
-        if sent is not None:
-            confirmed = sent + call.lease_ms / 1000
-            settled = asyncio.get_running_loop().time()
+        confirmed = None if sent is None else sent + call.lease_ms / 1000
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
@@ -672,7 +677,6 @@ class Engine:
             kind=kind,
             extra=extra,
             confirmed=confirmed,
-            settled=settled or 0.0,
         )
 
     # -- releasing ------------------------------------------------------------------------

@@ -70,7 +70,9 @@ class FencedLock(LockHandle):
     async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
         # A guarded hold carries its acquisition's token.
         receipt: list[int] = []
-        if not await self._engine.acquire(self._p, self._owner, wait, lease, receipt=receipt):
+        if not await self._engine.acquire(
+            self._p, self._owner, wait, lease, receipt=receipt, timed=True
+        ):
             return None
         return self._guard_hold(lease, receipt[0])
 

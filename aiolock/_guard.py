@@ -119,7 +119,10 @@ class Hold:
                     record.guards = []
                 record.guards.append(self)
         if self._alive() < need:
+            # Lost between the acquire's answer and now (a RedLock short of its quorum):
+            # arm() cancels the body at once.
             self._why = "it was not held when the body began"
+            self._ended.set()
 
     def __repr__(self) -> str:
         state = f"lost ({self._why})" if self._why else "held"

@@ -51,8 +51,13 @@ class Acquirable:
 
     __slots__ = ()
 
-    def _acquire(self, wait: float | None, lease: float | None) -> Awaitable[bool]:
-        """Acquire within ``wait`` (None: forever); whether it was."""
+    def _acquire(
+        self, wait: float | None, lease: float | None, *, timed: bool = False
+    ) -> Awaitable[bool]:
+        """Acquire within ``wait`` (None: forever); whether it was.
+
+        ``timed``: for a guarded hold (each member's send time is recorded).
+        """
         raise NotImplementedError  # pragma: no cover - abstract
 
     async def unlock(self) -> None:
@@ -162,14 +167,16 @@ class LockHandle(Acquirable):
 
     # -- acquiring ------------------------------------------------------------------------
 
-    def _acquire(self, wait: float | None, lease: float | None) -> Awaitable[bool]:
+    def _acquire(
+        self, wait: float | None, lease: float | None, *, timed: bool = False
+    ) -> Awaitable[bool]:
         # The engine's coroutine itself, awaited by the caller: no extra frame per acquire.
-        return self._engine.acquire(self._p, self._owner, wait, lease)
+        return self._engine.acquire(self._p, self._owner, wait, lease, timed=timed)
 
     # -- guarded holds --------------------------------------------------------------------
 
     async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
-        if not await self._acquire(wait, lease):
+        if not await self._acquire(wait, lease, timed=True):
             return None
         return self._guard_hold(lease)
 

@@ -60,8 +60,8 @@ class Offer:
         loop = asyncio.get_running_loop()
         self.outcome: asyncio.Future[bool | None] = loop.create_future()
         #: Made just before the release is sent: the heir's lease runs at least until this
-        #: plus its lease (the guard's confirmation of a handed hold).
-        self.sent = loop.time()
+        #: plus its lease (the guard's confirmation of a handed hold; a guarded heir's).
+        self.sent = loop.time() if call.timed else None
         #: The waiter left before the outcome: whatever it is handed is released for it.
         self.abandoned = False
 

@@ -52,9 +52,9 @@ class Hold:
     # Until when (loop.time()) the server keeps it at least: the send time of the last
     # answered acquire or renewal plus the lease it set (0: not known). The guard reads it.
     confirmed: float = 0.0
-    # When the last acquire was answered: a renewal sent before then may have run before
-    # that acquire set a shorter lease, and confirms nothing.
-    settled: float = 0.0
+    # Acquires recorded with a confirmation: a renewal answered after another one was
+    # recorded may have run before that acquire set a shorter lease, and confirms nothing.
+    confirms: int = 0
     # The guarded holds (``_guard.Hold``) watching this one: told at once when it is lost.
     guards: list[Any] | None = dataclasses.field(default=None, repr=False)
 
@@ -146,12 +146,11 @@ class HoldRegistry:
         kind: str = "hash",
         extra: str = "",
         confirmed: float | None = None,
-        settled: float = 0.0,
     ) -> Hold:
         """Record a successful acquisition; ``count`` is the server's count after it.
 
         ``confirmed``: until when the acquire's answer shows the lease runs (its send time
-        plus its lease), answered at ``settled``; None: no new confirmation.
+        plus its lease); None: no new confirmation.
         """
         hold = self._holds.get((key, field))
         if hold is None:
@@ -180,7 +179,7 @@ class HoldRegistry:
         if confirmed is not None:
             # Set, not raised: the acquire set the lease anew, perhaps shorter than before.
             hold.confirmed = confirmed
-            hold.settled = settled
+            hold.confirms += 1
         if hold.renewed:
             self._renewal.track(hold)
         return hold

@@ -118,7 +118,9 @@ class _Composite(Acquirable):
 
     # -- acquiring ------------------------------------------------------------------------
 
-    async def _acquire(self, wait: float | None, lease: float | None) -> bool:
+    async def _acquire(
+        self, wait: float | None, lease: float | None, *, timed: bool = False
+    ) -> bool:
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         budget = self._budget(lease)
@@ -136,7 +138,7 @@ class _Composite(Acquirable):
                         valid=None if budget is None else max(0.0, budget - (now - started)),
                         members=len(self._members) - index,
                     )
-                    if await self._take(member, time_left, lease, first=first):
+                    if await self._take(member, time_left, lease, first=first, timed=timed):
                         taken.append(member)
                         continue
                     failed += 1
@@ -160,7 +162,7 @@ class _Composite(Acquirable):
             await asyncio.sleep(pause)
 
     async def _take(
-        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool
+        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool, timed: bool
     ) -> bool:
         """Take one member in the time ``left``; a connection error is raised (see RedLock).
 
@@ -173,7 +175,7 @@ class _Composite(Acquirable):
         if left.valid is not None:
             valid = max(left.valid, _MIN_CALL)
             bound = valid if bound is None else min(bound, valid)
-        return await _within(bound, member.try_lock(wait=left.wait, lease=lease))
+        return await _within(bound, _try(member, left.wait, lease, timed=timed))
 
     def _budget(self, lease: float | None) -> float | None:
         """How long taking the members may last with ``lease`` (None: any time)."""
@@ -187,7 +189,7 @@ class _Composite(Acquirable):
     # -- guarded holds --------------------------------------------------------------------
 
     async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
-        if not await self._acquire(wait, lease):
+        if not await self._acquire(wait, lease, timed=True):
             return None
         # Lost once fewer than the quorum of members remain held (a MultiLock: any one
         # lost; a RedLock: fewer than a majority); confirmed until the quorum-th latest
@@ -393,7 +395,7 @@ class RedLock(_Composite):
         return count // 2 + 1
 
     async def _take(
-        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool
+        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool, timed: bool
     ) -> bool:
         # Each member gets an equal share of the time left (of the wait and of the
         # validity, whichever is shorter), so that one busy, slow or hung server does not
@@ -412,7 +414,7 @@ class RedLock(_Composite):
             # at least the minimum any call needs.
             bound = wait + max(share - wait, _MIN_CALL)
         try:
-            return await _within(bound, member.try_lock(wait=wait, lease=lease))
+            return await _within(bound, _try(member, wait, lease, timed=timed))
         except (RedisError, OSError) as exc:
             # A server down is what a RedLock tolerates: the member is not taken. (Were
             # its acquire on its way when the connection failed, its client undoes it.)
@@ -448,6 +450,11 @@ class RedLock(_Composite):
                 raise error
         if errors:
             raise errors[0]
+
+
+async def _try(member: LockHandle, wait: float | None, lease: float | None, *, timed: bool) -> bool:
+    """``member.try_lock(wait, lease)`` (checked already), timed for a guarded hold."""
+    return await member._acquire(wait, lease, timed=timed)
 
 
 def _answers(asking: list[asyncio.Task[T]]) -> list[T]:

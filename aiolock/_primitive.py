@@ -77,6 +77,9 @@ class Call(NamedTuple):
     # The task that made the call (None outside one), for its cancel checks; it differs
     # from ``task`` when the call is made for an explicit owner=.
     caller: asyncio.Task[Any] | None = None
+    # A guarded acquire: note the send time of the attempt that takes the hold (the
+    # guard's confirmation), which plain acquires spare themselves.
+    timed: bool = False
 
 
 class Waitable:

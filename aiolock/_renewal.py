@@ -275,14 +275,16 @@ class RenewalService:
         ]
         # The lease runs at least until this send time plus the lease (the server sets it
         # later than that): what the answer confirms, for the guard.
-        sent = asyncio.get_running_loop().time()
-        confirmed = sent + self._lease_ms / 1000
+        confirmed = asyncio.get_running_loop().time() + self._lease_ms / 1000
+        # An acquire recorded while the renewal is in flight set the lease itself, perhaps
+        # after it (shorter): the renewal's answer confirms only holds with none.
+        confirms = [[hold.confirms for hold in batch] for batch in batches]
         try:
             replies = await self._runner.run_batch(script, calls)
         except (RedisError, OSError) as exc:
             replies = [exc] * len(calls)
         all_sent = True
-        for batch, reply in zip(batches, replies, strict=True):
+        for batch, reply, before in zip(batches, replies, confirms, strict=True):
             if isinstance(reply, BaseException):
                 log.warning(
                     "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
@@ -292,8 +294,8 @@ class RenewalService:
                 )
                 all_sent = False
                 continue
-            for hold, held in zip(batch, reply, strict=True):
-                if int(held) and sent >= hold.settled and confirmed > hold.confirmed:
+            for hold, held, count in zip(batch, reply, before, strict=True):
+                if int(held) and hold.confirms == count and confirmed > hold.confirmed:
                     hold.confirmed = confirmed
                 # An unlock in flight may already have deleted the key: not a loss.
                 if not int(held) and hold in self._holds and not hold.releasing:

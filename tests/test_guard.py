@@ -390,3 +390,31 @@ async def test_cancel_all_stops_every_guarded_body(client: aiolock.Client, name:
         return not any([await client.lock(f"{name}:{i}").is_locked() for i in range(2)])
 
     await wait_until(released, limit=LIMIT)
+
+
+async def test_handed_over_to_a_guarded_waiter(make_client: ClientFactory, name: str) -> None:
+    """A guarded waiter handed the lock by a sibling's release is confirmed from that
+    release's send time: it is not cancelled, and renewals carry it on."""
+    client = make_client(watchdog_timeout=FAST_LEASE)
+    loop = asyncio.get_running_loop()
+    held, release = asyncio.Event(), asyncio.Event()
+
+    async def sibling() -> None:
+        async with client.lock(name):
+            held.set()
+            await release.wait()
+
+    async def waiter() -> Hold:
+        async with client.lock(name).guarded(wait=LIMIT) as hold:
+            assert loop.time() < hold.confirmed_until
+            first = hold.confirmed_until
+            await wait_until(lambda: hold.confirmed_until > first, limit=LIMIT)
+        return hold
+
+    task = asyncio.create_task(sibling())
+    await held.wait()
+    guarded = asyncio.create_task(waiter())
+    await wait_until(lambda: client.lock(name).statistics().tasks_waiting == 1)
+    release.set()
+    await task
+    assert not (await guarded).lost

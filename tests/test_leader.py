@@ -4,6 +4,7 @@ to force_unlock (the work cancelled, a new term begun), ``run()`` returning and 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -234,3 +235,55 @@ def test_bad_input(client: aiolock.Client) -> None:
 
 def test_repr(client: aiolock.Client) -> None:
     assert repr(client.leader("jobs")) == "<aiolock.Leader 'jobs' (candidate)>"
+
+
+async def test_cut_off_leader_stops_before_the_next_is_elected(
+    proxy: FaultProxy, make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """The leader cut off from Redis (the proxy stops forwarding) has its work cancelled
+    before the next candidate's work starts, on this machine's clock; the next one starts
+    within the lease + 1 s of the cut. Once the link is back, the old leader campaigns
+    again (and waits: the new one leads)."""
+    lease = 1.0
+    cut_off = aiolock.Client.from_url(
+        proxy.url + "?socket_timeout=0.3&socket_connect_timeout=0.3",
+        watchdog_timeout=lease,
+        retry_attempts=0,
+    )
+    other = make_client(watchdog_timeout=lease)
+    spans: dict[str, list[float]] = {"a": [], "b": []}
+    b_started = asyncio.Event()
+
+    def work_of(who: str) -> Any:
+        async def work() -> None:
+            spans[who].append(time.monotonic())
+            if who == "b":
+                b_started.set()
+            try:
+                await asyncio.Event().wait()
+            finally:
+                spans[who].append(time.monotonic())
+
+        return work
+
+    try:
+        a = asyncio.create_task(cut_off.leader(name).run(work_of("a")))
+        await wait_until(lambda: len(spans["a"]) == 1, what="a elected")
+        b_leader = other.leader(name)
+        b = asyncio.create_task(b_leader.run(work_of("b")))
+        await wait_until(lambda: b_leader.lock.statistics().tasks_waiting == 1, what="b waits")
+        cut = time.monotonic()
+        proxy.cut()
+        await asyncio.wait_for(b_started.wait(), lease + 5)
+        a_end = spans["a"][1]
+        b_start = spans["b"][0]
+        assert a_end <= b_start, f"a's work ran {b_start - a_end:.3f} s into b's"
+        assert b_start - cut <= lease + 1.0
+        await proxy.restore()
+        for task in (b, a):
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, LIMIT)
+    finally:
+        await proxy.restore()
+        await cut_off.aclose()

@@ -94,10 +94,15 @@ class Leader:
     async def _elected(self) -> AsyncIterator[Hold]:
         async with self._lock.guarded(lease=self._lease) as hold:
             self._terms.add(hold)
+            watch = self._lock._watch_taken()
             try:
                 yield hold
             finally:
                 self._terms.discard(hold)
+                watch.cancel()
+                # Its end (the subscription given back) before the term's release; a cancel
+                # of this task meanwhile still ends the block (the watch ends by itself).
+                await asyncio.wait([watch])
 
     def run(self, work: Callable[[], Awaitable[T]]) -> Coroutine[Any, Any, T]:
         """Campaign, run ``await work()`` as the leader; after a lost term, campaign again.

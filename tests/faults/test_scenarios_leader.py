@@ -10,8 +10,9 @@ restarts the server once (AOF, fsync always: the lock and its expiry survive).
 
 What the run proves:
 - two terms never overlap, except one that begins after the lock of the term under way was
-  forced away (force_unlock deletes it at once; its holder learns of it from its next
-  renewal): those are counted apart, with the longest such overlap;
+  forced away: force_unlock deletes it at once and wakes the next candidate with the same
+  message that tells the holder (its term watches the channel and renews at once), so the
+  two race by one round trip. Those are counted apart, with the longest such overlap;
 - after every lost term a new term begins within the lease + 1 s (the server's downtime
   excluded: nobody can be elected while it is down);
 - every candidate ends (no campaign hangs) and nothing is left on the server.
@@ -193,7 +194,7 @@ async def test_leader_under_faults(aof_lock_server: LocalServer) -> None:
         f"leader under faults: {took:.1f} s, {len(terms)} terms {dict(outcomes)}, "
         f"{', '.join(f'{v} {k}' for k, v in sorted(faults.items()))}; "
         f"overlaps: {len(unforced)} (+{len(forced)} after a force_unlock, longest "
-        f"{max((d for *_, d in forced), default=0.0) * 1000:.0f} ms); "
+        f"{max((d for *_, d in forced), default=0.0) * 1000:.2f} ms); "
         f"new term after a loss within {max(gaps, default=0.0):.2f} s (bound {LEASE + 1:g} s), "
         f"after a step-down within {max(handover, default=0.0):.2f} s"
     )

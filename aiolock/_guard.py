@@ -338,6 +338,8 @@ class Guarded:
         self._entry = 0
 
     async def __aenter__(self) -> Hold:
+        if self._hold is not None:
+            raise RuntimeError("a guarded() block is entered once: call guarded() again")
         hold = await self._lock._guard_acquire(self._wait, self._lease)
         if hold is None:
             assert self._wait is not None
@@ -358,7 +360,7 @@ class Guarded:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         hold, scope, task = self._hold, self._scope, self._task
         assert hold is not None
         assert scope is not None
@@ -382,7 +384,7 @@ class Guarded:
             ours = True
         if lost is None:
             await self._lock._guard_release()
-            return False
+            return
         # Lost: not waited on. The block ends now, the release lands when it can.
         self._lock._guard_release_soon()
         error = LockLostError(self._lock.name, self._lock._guard_holder(), lost)
@@ -394,7 +396,7 @@ class Guarded:
         # Another error ended the body (or a cancel from outside, which wins): it goes on,
         # with the loss noted.
         exc.add_note(f"aiolock: {error}")
-        return False
+        return
 
 
 def guarded_hold(

@@ -418,3 +418,34 @@ async def test_handed_over_to_a_guarded_waiter(make_client: ClientFactory, name:
     release.set()
     await task
     assert not (await guarded).lost
+
+
+async def test_another_error_of_the_body_wins_with_the_loss_noted(
+    client: aiolock.Client, name: str
+) -> None:
+    """Lost, but the body raised its own error first: that error goes on, the loss noted."""
+    lock = client.lock(name)
+
+    async def body() -> None:
+        async with lock.guarded():
+            await lock.force_unlock()  # lost: the cancel is due at the next await
+            raise ValueError("the body's own")
+
+    with pytest.raises(ValueError, match="the body's own") as caught:
+        await body()
+    assert any("was lost" in note for note in caught.value.__notes__)
+
+
+async def test_a_guarded_block_is_entered_once(client: aiolock.Client, name: str) -> None:
+    guarded = client.lock(name).guarded()
+    async with guarded:
+        with pytest.raises(RuntimeError, match="once"):
+            await guarded.__aenter__()
+    assert not await client.lock(name).is_locked()
+
+
+async def test_bad_arguments_refused_before_io(offline: aiolock.Client, name: str) -> None:
+    with pytest.raises(ValueError, match="wait"):
+        offline.lock(name).guarded(wait=-1)
+    with pytest.raises(ValueError, match="lease"):
+        offline.lock(name).guarded(lease=0)

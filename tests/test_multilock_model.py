@@ -14,7 +14,11 @@ clients are quiet, every name's hash in Redis must hold exactly the counts of th
   (a RedLock only when fewer than a majority were);
 - a cancelled acquire leaves nothing; a cancelled unlock still releases;
 - the queries (asked of the members at once) answer as the counts say, or, cancelled,
-  raise CancelledError.
+  raise CancelledError;
+- a guarded block (``guarded(wait=0)``) enters as ``try_lock(wait=0)`` takes; a member
+  force-unlocked in its body cancels it with ``LockLostError`` (a MultiLock's always, a
+  RedLock's when fewer than a majority stay held), and whatever it held is released in
+  the background; else the body ends and releases as an unlock does.
 """
 
 from __future__ import annotations
@@ -142,6 +146,45 @@ class CompositeMachine(RuleBasedStateMachine):
         locked = sum(any(c for (_, j), c in self.counts.items() if j == i) for i in subset)
         expected = (counts[quorum - 1] > 0, counts[quorum - 1], locked >= quorum)
         assert got == expected, f"queries answered {got}, model {expected}"
+
+    @rule(
+        holder=holders,
+        subset=subsets,
+        red=st.booleans(),
+        lose=st.one_of(st.none(), st.integers(0, NAMES - 1)),
+        cancel=cancels,
+    )
+    def guarded(
+        self, holder: int, subset: tuple[int, ...], red: bool, lose: int | None, cancel: int | None
+    ) -> None:
+        """A guarded block, a member force-unlocked in its body if ``lose`` is drawn."""
+        composite = self.composite(holder, subset, red)
+        free = [i for i in subset if self.free_for(holder, i)]
+        quorum = len(subset) // 2 + 1 if red else len(subset)
+        if lose is not None and (lose not in free or self.counts[holder, lose]):
+            lose = None  # a loss only of the block's own hold, touching no other
+        forced = None if lose is None else self.member(holder, lose)
+
+        async def block() -> str:
+            async with composite.guarded(wait=0):
+                if forced is not None:
+                    await forced.force_unlock()
+                await asyncio.sleep(0)  # a loss cancels the body here
+                return "done"
+
+        got = self.runner.run(self.call(block(), cancel))
+        if len(free) < quorum:
+            expected: Any = aiolock.LockTimeoutError
+        elif lose is not None and len(free) - 1 < quorum:
+            expected = aiolock.LockLostError
+        else:
+            expected = "done"
+        if got == CANCELLED:
+            return  # what it held is released in the background (the invariant checks it)
+        if isinstance(expected, type):
+            assert isinstance(got, expected), f"guarded block answered {got!r}, not {expected}"
+        else:
+            assert got == expected, f"guarded block answered {got!r}"
 
     @rule(holder=holders, index=st.integers(0, NAMES - 1), take=st.booleans())
     def member_alone(self, holder: int, index: int, take: bool) -> None:

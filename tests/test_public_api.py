@@ -136,3 +136,22 @@ def test_error_messages_name_lock_and_holder() -> None:
     assert "uuid:1" in str(lost)
     assert "force_unlock() deleted it" in str(lost)
     assert "closed" in str(aiolock.ClientClosedError())
+
+
+def test_every_lock_kind_is_guardable() -> None:
+    """guarded() is on every lock kind, MultiLock and RedLock; aiolock.Hold is public."""
+    kinds = (
+        aiolock.Lock,
+        aiolock.FairLock,
+        aiolock.ReadLock,
+        aiolock.WriteLock,
+        aiolock.FairReadLock,
+        aiolock.FairWriteLock,
+        aiolock.FencedLock,
+        aiolock.SpinLock,
+        aiolock.MultiLock,
+        aiolock.RedLock,
+    )
+    for kind in kinds:
+        assert callable(kind.guarded), kind
+    assert "Hold" in aiolock.__all__

@@ -148,10 +148,7 @@ def locked(
         async def call(*args: P.args, **kwargs: P.kwargs) -> R:
             lock = lock_of_kind(client, lock_kind, name_for(args, kwargs))
             async with lock.guarded(wait=wait_s, lease=lease_s):
-                result = await func(*args, **kwargs)
-            # Not returned inside the block: its __aexit__ is typed to return a bool, so a
-            # type checker reads the block as one that may swallow an exception.
-            return result  # noqa: RET504
+                return await func(*args, **kwargs)
 
         return call
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from typing import Any
+from typing import Any, assert_type
 
 import pytest
 from redis.asyncio import Redis
@@ -30,7 +30,8 @@ async def test_name_from_positional_keyword_and_default_arguments(
         seen.append((name, await client.lock(name).is_held_by_current_task()))
         return order_id + amount
 
-    assert await pay(1) == 1
+    # ParamSpec: the decorated function keeps its signature for a type checker.
+    assert assert_type(await pay(1), int) == 1
     assert await pay(2, 5, region="us") == 7
     assert await pay(order_id=3, amount=1) == 4
     assert seen == [(f"{uid}:1:eu", True), (f"{uid}:2:us", True), (f"{uid}:3:eu", True)]

@@ -17,6 +17,7 @@ its term), or force-unlocks the election's lock from a fourth client. Throughout
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -204,6 +205,11 @@ class LeaderMachine(RuleBasedStateMachine):
         self.runner.close()
 
 
+def hunting(request: pytest.FixtureRequest) -> bool:
+    """Whether this run hunts (``--faults`` or AIOLOCK_MODEL_EXAMPLES): every example asked."""
+    return bool(request.config.getoption("--faults") or os.environ.get("AIOLOCK_MODEL_EXAMPLES"))
+
+
 @pytest.mark.timeout(1800)
 def test_leader_model(redis_url: str, request: pytest.FixtureRequest) -> None:
     """At most one term at a time, under every sequence hypothesis tries."""
@@ -212,7 +218,7 @@ def test_leader_model(redis_url: str, request: pytest.FixtureRequest) -> None:
     # A step waits for an election or a renewal: a shorter default run than the lock models'.
     quick = settings(
         base,
-        max_examples=base.max_examples if request.config.getoption("--faults") else 12,
-        stateful_step_count=min(base.stateful_step_count, 20),
+        max_examples=base.max_examples if hunting(request) else 12,
+        stateful_step_count=base.stateful_step_count if hunting(request) else 20,
     )
     run_state_machine_as_test(LeaderMachine, settings=quick)

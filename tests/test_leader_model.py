@@ -215,10 +215,6 @@ def test_leader_model(redis_url: str, request: pytest.FixtureRequest) -> None:
     """At most one term at a time, under every sequence hypothesis tries."""
     LeaderMachine.redis_url = redis_url
     base = settings_for(request)
-    # A step waits for an election or a renewal: a shorter default run than the lock models'.
-    quick = settings(
-        base,
-        max_examples=base.max_examples if hunting(request) else 12,
-        stateful_step_count=base.stateful_step_count if hunting(request) else 20,
-    )
+    # A step waits for an election: shorter runs than the lock models' by default.
+    quick = settings(base, stateful_step_count=base.stateful_step_count if hunting(request) else 20)
     run_state_machine_as_test(LeaderMachine, settings=quick)

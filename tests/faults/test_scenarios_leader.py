@@ -200,6 +200,9 @@ async def test_leader_under_faults(aof_lock_server: LocalServer) -> None:
     )
     print(line)
     assert not unforced, [(a, b) for a, b, _ in unforced[:3]]
+    # The term watches its channel: a force ends it in about a round trip, not at the next
+    # renewal (LEASE / 3 later).
+    assert max((d for *_, d in forced), default=0.0) < 0.1, forced
     assert max(gaps, default=0.0) <= LEASE + 1.0, gaps
     assert faults["restarts (AOF)"] == 1
     assert faults["forced unlocks"] >= 3

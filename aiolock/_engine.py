@@ -1116,6 +1116,37 @@ class Engine:
                 )
         return ""
 
+    async def watch_taken(self, p: Primitive, holder: str) -> None:
+        """Until cancelled: renew this client's holds after each message on ``p``'s channel.
+
+        (And after every resubscription, when messages may have been lost.) Nobody else
+        releases a lock while its holder holds it: a message then means it was forced away
+        (``force_unlock()``). The renewal finds such a hold gone now rather than at its
+        next period, and the guard cancels a guarded body at once. A stale message (a
+        release from before the hold began, delivered late) costs one renewal. The
+        subscription is shared with this client's waiters, and released at the end.
+        """
+        channel = p.channel(holder)
+        room = self._waiting
+        while True:
+            sub = await self._dispatcher.subscribe(channel, None)
+            if sub is None:  # pragma: no cover - only a caller's limit gives None
+                return
+            try:
+                # Registered before each renewal: a message while it flies wakes the next.
+                waiter = room.add(channel, p.wake_count, shared=True, watch=True)
+                try:
+                    while not sub.stale:
+                        await waiter.wait(None)
+                        room.remove(channel, waiter, leaving=False)
+                        waiter = room.add(channel, p.wake_count, shared=True, watch=True)
+                        self.check_open()
+                        await self._renewal.renew_once()
+                finally:
+                    room.remove(channel, waiter, leaving=False)
+            finally:
+                sub.release()
+
     async def force(self, p: Primitive) -> bool:
         """Delete ``p`` whoever holds it and wake its waiters; True if it was held."""
         mark = cancel_mark()

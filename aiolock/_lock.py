@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from typing import TYPE_CHECKING, ClassVar
 
+from redis.exceptions import RedisError
+
+from ._exceptions import LockError
 from ._handle import LockHandle
 from ._keys import lock_channel
 from ._primitive import Invocation, Primitive
@@ -15,6 +20,8 @@ if TYPE_CHECKING:
     from ._primitive import Call
 
 __all__ = ("ExclusivePrimitive", "Lock", "LockPrimitive")
+
+log = logging.getLogger("aiolock")
 
 _UNLOCK_MESSAGE = "0"
 
@@ -115,3 +122,22 @@ class Lock(LockHandle):
 
     def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
         super().__init__(engine, LockPrimitive(engine.settings, name), owner=owner)
+
+    def _watch_taken(self) -> asyncio.Task[None]:
+        """Watch the calling holder's hold for a force_unlock(), in a task of its own.
+
+        ``Engine.watch_taken``: a leader's term learns of it at once. Cancel it to stop.
+        """
+        holder, _ = self._engine.holder(self._owner)
+        return asyncio.get_running_loop().create_task(_quietly(self._engine, self._p, holder))
+
+
+async def _quietly(engine: Engine, p: Primitive, holder: str) -> None:
+    """The watch, ended quietly by the client's closing or a connection error.
+
+    It only hurries what the periodic renewal does anyway.
+    """
+    try:
+        await engine.watch_taken(p, holder)
+    except (LockError, RedisError, OSError) as exc:
+        log.debug("aiolock: watch of %r for a forced unlock ended: %s", p.name, exc)

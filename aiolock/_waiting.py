@@ -98,13 +98,15 @@ async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
 class _Line:
     """The waiters of one channel, oldest first."""
 
-    __slots__ = ("shared", "waiters", "wake_count")
+    __slots__ = ("shared", "waiters", "wake_count", "watchers")
 
     def __init__(self, wake_count: WakeCount) -> None:
         self.wake_count = wake_count
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
         self.shared = 0
+        # Of the shared ones, those that only watch the channel (Engine.watch_taken).
+        self.watchers: set[Waiter] = set()
 
     def wake(self, count: int | None, *, shared: bool = True) -> int:
         """Wake up to ``count`` exclusive waiters (None or SETTLES: all), oldest first.
@@ -149,15 +151,23 @@ class WaitingRoom:
 
     # -- waiters --------------------------------------------------------------------------
 
-    def add(self, channel: str, wake_count: WakeCount, *, shared: bool) -> Waiter:
-        """Register a fresh waiter on ``channel``; messages from now on may wake it."""
+    def add(
+        self, channel: str, wake_count: WakeCount, *, shared: bool, watch: bool = False
+    ) -> Waiter:
+        """Register a fresh waiter on ``channel``; messages from now on may wake it.
+
+        ``watch``: a shared waiter of a holder watching its own lock's channel, which
+        waits for no lock: no newcomer queues behind it (``has_waiters``).
+        """
         line = self._lines.get(channel)
         if line is None:
             line = self._lines[channel] = _Line(wake_count)
-        waiter = Waiter(shared=shared)
+        waiter = Waiter(shared=shared or watch)
         line.waiters[waiter] = None
-        if shared:
+        if waiter.shared:
             line.shared += 1
+        if watch:
+            line.watchers.add(waiter)
         if self._closed:
             waiter.event.set()
         return waiter
@@ -182,6 +192,7 @@ class WaitingRoom:
         del line.waiters[waiter]
         if waiter.shared:
             line.shared -= 1
+        line.watchers.discard(waiter)
         if leaving and (mid_attempt or waiter.woken_by_message):
             line.wake(1, shared=False)
         if not line.waiters:
@@ -220,8 +231,9 @@ class WaitingRoom:
         return None
 
     def has_waiters(self, channel: str) -> bool:
-        """Whether calls of this client wait on ``channel``."""
-        return channel in self._lines
+        """Whether calls of this client wait on ``channel`` (watchers wait for nothing)."""
+        line = self._lines.get(channel)
+        return line is not None and len(line.waiters) > len(line.watchers)
 
     def waiters(self, channel: str) -> list[Waiter]:
         """The waiters registered on ``channel``, oldest first."""

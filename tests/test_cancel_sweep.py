@@ -22,6 +22,7 @@ from .helpers import quiesce, wait_until
 from .sweep import (
     CAP,
     GUARDED_CALLS,
+    LEADER_CALLS,
     AnyLock,
     Holder,
     Kind,
@@ -54,7 +55,7 @@ def _quick(spec: Spec) -> bool:
     in full mode."""
     if spec.scenario in {Scenario.RACED_EARLY, Scenario.RACED_SUBSCRIBING}:
         return False
-    if spec.call in GUARDED_CALLS:
+    if spec.call in GUARDED_CALLS | LEADER_CALLS:
         # Its acquire and release are those of the calls above: the plain lock's sweep
         # covers what the guard adds (its scope entered and left at every iteration).
         return spec.kind is Kind.LOCK and spec.owner is None

@@ -18,6 +18,7 @@ from ._fair_rwlock import FairReadLock as FairReadLock
 from ._fair_rwlock import FairReadWriteLock as FairReadWriteLock
 from ._fair_rwlock import FairWriteLock as FairWriteLock
 from ._fenced import FencedLock as FencedLock
+from ._guard import Hold as Hold
 from ._handle import LockStatistics as LockStatistics
 from ._lock import Lock as Lock
 from ._multilock import MultiLock as MultiLock
@@ -38,6 +39,7 @@ __all__ = (
     "FairReadWriteLock",
     "FairWriteLock",
     "FencedLock",
+    "Hold",
     "Lock",
     "LockError",
     "LockLostError",

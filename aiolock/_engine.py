@@ -37,6 +37,7 @@ from ._exceptions import (
     LockUpgradeError,
     ReplicaAckError,
 )
+from ._guard import Guard
 from ._handover import HandOvers, Offer
 from ._keys import acquire_tombstone_key, unlock_latch_key
 from ._ordering import in_turn
@@ -109,6 +110,8 @@ class Engine:
         self._latches = latches
         self._calls = 0
         self._handovers = HandOvers()
+        #: The guarded holds' watch (``_guard.py``): aclose() calls ``guard.cancel_all()``.
+        self.guard = Guard(settings.lease_ms / 1000)
         self.closed = False
         # Whether a call was ever made: only then is a client never closed worth a warning.
         self.started = False
@@ -510,6 +513,9 @@ class Engine:
             # A hold known lost counts for nothing: the server no longer has it.
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._request_id())
+            # The lease runs at least until the send time plus the lease (the guard's
+            # confirmation): taken before the call, which may queue for a connection.
+            sent = asyncio.get_running_loop().time()
             try:
                 raw, acked = await self._runner.run_acked(*p.acquire(call, target, tombstone))
                 reply = AcquireReply.decode(raw)
@@ -551,13 +557,20 @@ class Engine:
                 raise ClientClosedError
             raise asyncio.CancelledError
         if reply.acquired:
-            self._won_in_turn(p, call, reply, ticket, tombstone)
+            self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent)
             return reply
         ticket.release()
         return reply
 
     def _won_in_turn(
-        self, p: Primitive, call: Call, reply: AcquireReply, ticket: Ticket, tombstone: str
+        self,
+        p: Primitive,
+        call: Call,
+        reply: AcquireReply,
+        ticket: Ticket,
+        tombstone: str,
+        *,
+        sent: float,
     ) -> None:
         """Record the hold an attempt took, and end the holder's turn."""
         if call.receipt is not None and reply.token is None:
@@ -567,7 +580,7 @@ class Engine:
             self._undo_later(p, ticket, call, reply.count, tombstone)
             raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
         try:
-            self._won(p, call, reply.count, token=reply.token)
+            self._won(p, call, reply.count, token=reply.token, sent=sent)
         finally:
             ticket.release()
 
@@ -634,11 +647,17 @@ class Engine:
         *,
         lease_ms: int | None = None,
         token: int | None = None,
+        sent: float | None = None,
     ) -> None:
         """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease.
 
         ``token``: what the acquisition took (a fenced lock's), for the call's receipt.
+        ``sent``: when the call that took it (with ``call.lease_ms``) was sent.
         """
+        confirmed = settled = None
+        if sent is not None:
+            confirmed = sent + call.lease_ms / 1000
+            settled = asyncio.get_running_loop().time()
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
@@ -652,6 +671,8 @@ class Engine:
             lease_ms=call.won_lease if lease_ms is None else lease_ms,
             kind=kind,
             extra=extra,
+            confirmed=confirmed,
+            settled=settled or 0.0,
         )
 
     # -- releasing ------------------------------------------------------------------------
@@ -792,7 +813,7 @@ class Engine:
             # Recorded now, whether the waiter takes it or has left (then its leaving
             # releases it, in its holder's turn, once it sees this outcome). As the heir's
             # hold: the kind it waits for (which takes a hand-over from this one).
-            self._won(offer.heir, offer.call, 1)
+            self._won(offer.heir, offer.call, 1, sent=offer.sent)
             if offer.abandoned:
                 self._disown(offer.heir, offer.call)
             offer.settle(handed=True)
@@ -803,6 +824,23 @@ class Engine:
         hold = self._holds.get(p.key, call.field)
         if hold is not None:
             self._holds.disown(hold)
+
+    def release_soon(self, p: Primitive, owner: str | None) -> None:
+        """Release one hold of ``owner`` (None: the calling task) in the background.
+
+        For a guarded hold found lost: its block raises at once, whether or not the server
+        answers, and the release lands (or finds nothing) in the holder's turn.
+        """
+        holder, _ = self.holder(owner)
+        field = p.field(holder)
+        self._background.complete(
+            self._order.join((p.key, holder)), self._release_later(p, holder, field)
+        )
+
+    def hold_of(self, p: Primitive, owner: str | None) -> Hold | None:
+        """The calling holder's hold on ``p`` as this client records it (None: none)."""
+        holder, _ = self.holder(owner)
+        return self._holds.get(p.key, p.field(holder))
 
     async def _release_later(self, p: Primitive, holder: str, field: str) -> None:
         """An unlock() cancelled before its turn: release in the background when it comes."""

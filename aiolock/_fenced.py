@@ -21,6 +21,7 @@ from ._scripts import load_script
 if TYPE_CHECKING:
     from ._config import Settings
     from ._engine import Engine
+    from ._guard import Hold
     from ._primitive import Call, Primitive
 
 __all__ = ("FencedLock", "FencedLockPrimitive")
@@ -65,6 +66,13 @@ class FencedLock(LockHandle):
 
     def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
         super().__init__(engine, FencedLockPrimitive(engine.settings, name), owner=owner)
+
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+        # A guarded hold carries its acquisition's token.
+        receipt: list[int] = []
+        if not await self._engine.acquire(self._p, self._owner, wait, lease, receipt=receipt):
+            return None
+        return self._guard_hold(lease, receipt[0])
 
     async def lock_and_get_token(self, lease: TimeArg = None) -> int:
         """Wait until acquired; return the acquisition's token. ``lease`` as for lock()."""

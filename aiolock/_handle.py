@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING, Any, Self
 
 from ._config import TimeArg, check_name, check_owner, lease_seconds, wait_seconds
 from ._exceptions import LockTimeoutError
+from ._guard import Guarded, guarded_hold
 
 if TYPE_CHECKING:
     from types import TracebackType
 
     from ._engine import Engine
+    from ._guard import Hold
+    from ._holds import Hold as HoldRecord
     from ._primitive import Primitive
 
 __all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair")
@@ -84,6 +87,32 @@ class Acquirable:
         finally:
             await self.unlock()
 
+    def guarded(self, wait: TimeArg = None, lease: TimeArg = None) -> Guarded:
+        """``async with lock.guarded(wait=5) as hold:`` the body is cancelled if it is lost.
+
+        Lost: found gone or taken, or no longer confirmed by the server (``Hold``). The
+        block then raises ``LockLostError`` (a cancel from outside still raises
+        ``CancelledError``) without waiting for the server; the release runs in the
+        background. ``wait`` as in ``acquired()``: ``LockTimeoutError`` once it ran out.
+        """
+        return Guarded(self, wait_seconds(wait), lease_seconds(lease))
+
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+        """Acquire within ``wait`` and build its guarded hold; None if ``wait`` ran out."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    async def _guard_release(self) -> None:
+        """Release a guarded hold that was not lost."""
+        await self.unlock()
+
+    def _guard_release_soon(self) -> None:
+        """Release a lost guarded hold in the background."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def _guard_holder(self) -> str:
+        """The calling holder's id, for a guarded hold's LockLostError."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
     async def __aenter__(self) -> Self:
         await self._acquire(None, None)
         return self
@@ -136,6 +165,30 @@ class LockHandle(Acquirable):
     def _acquire(self, wait: float | None, lease: float | None) -> Awaitable[bool]:
         # The engine's coroutine itself, awaited by the caller: no extra frame per acquire.
         return self._engine.acquire(self._p, self._owner, wait, lease)
+
+    # -- guarded holds --------------------------------------------------------------------
+
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+        if not await self._acquire(wait, lease):
+            return None
+        return self._guard_hold(lease)
+
+    def _guard_hold(self, lease: float | None, token: int | None = None) -> Hold:
+        # Right after the acquire's answer, with no await in between: the record is the
+        # one it made.
+        return guarded_hold(
+            [self._record()], need=1, leases=[lease], guards=[self._engine.guard], token=token
+        )
+
+    def _record(self) -> HoldRecord | None:
+        """The calling holder's hold record on this lock (None: none)."""
+        return self._engine.hold_of(self._p, self._owner)
+
+    def _guard_release_soon(self) -> None:
+        self._engine.release_soon(self._p, self._owner)
+
+    def _guard_holder(self) -> str:
+        return self._engine.holder(self._owner)[0]
 
     # -- releasing ------------------------------------------------------------------------
 

@@ -47,7 +47,7 @@ IN_A_ROW = 8
 class Offer:
     """One release call's hand-over to one parked waiter."""
 
-    __slots__ = ("_wake", "abandoned", "call", "heir", "outcome")
+    __slots__ = ("_wake", "abandoned", "call", "heir", "outcome", "sent")
 
     def __init__(self, call: Call, heir: Primitive, wake: Callable[[], None]) -> None:
         #: The waiting call it is offered to, the primitive it waits for (the hold is
@@ -57,7 +57,11 @@ class Offer:
         self._wake = wake
         #: True: handed (the hold is recorded); False: not handed; None: unknown (the
         #: release went unanswered: an attempt of the waiter finds out).
-        self.outcome: asyncio.Future[bool | None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.outcome: asyncio.Future[bool | None] = loop.create_future()
+        #: Made just before the release is sent: the heir's lease runs at least until this
+        #: plus its lease (the guard's confirmation of a handed hold).
+        self.sent = loop.time()
         #: The waiter left before the outcome: whatever it is handed is released for it.
         self.abandoned = False
 

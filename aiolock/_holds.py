@@ -49,6 +49,14 @@ class Hold:
     # The registry's set of ``task``'s holds, this one among them: dropping the hold needs
     # no lookup in the registry's weak mapping (a weak lookup per unlock is measurable).
     task_holds: set[Hold] | None = dataclasses.field(default=None, repr=False)
+    # Until when (loop.time()) the server keeps it at least: the send time of the last
+    # answered acquire or renewal plus the lease it set (0: not known). The guard reads it.
+    confirmed: float = 0.0
+    # When the last acquire was answered: a renewal sent before then may have run before
+    # that acquire set a shorter lease, and confirms nothing.
+    settled: float = 0.0
+    # The guarded holds (``_guard.Hold``) watching this one: told at once when it is lost.
+    guards: list[Any] | None = dataclasses.field(default=None, repr=False)
 
     @property
     def count(self) -> int:
@@ -137,8 +145,14 @@ class HoldRegistry:
         lease_ms: int | None,
         kind: str = "hash",
         extra: str = "",
+        confirmed: float | None = None,
+        settled: float = 0.0,
     ) -> Hold:
-        """Record a successful acquisition; ``count`` is the server's count after it."""
+        """Record a successful acquisition; ``count`` is the server's count after it.
+
+        ``confirmed``: until when the acquire's answer shows the lease runs (its send time
+        plus its lease), answered at ``settled``; None: no new confirmation.
+        """
         hold = self._holds.get((key, field))
         if hold is None:
             hold = self._holds[key, field] = Hold(
@@ -163,6 +177,10 @@ class HoldRegistry:
             hold.leases = [lease_ms] * (count - 1)
             hold.lost = None
         hold.leases.append(lease_ms)
+        if confirmed is not None:
+            # Set, not raised: the acquire set the lease anew, perhaps shorter than before.
+            hold.confirmed = confirmed
+            hold.settled = settled
         if hold.renewed:
             self._renewal.track(hold)
         return hold
@@ -206,6 +224,10 @@ class HoldRegistry:
         if hold.lost is None:
             hold.lost = why
         self._renewal.untrack(hold)
+        if hold.guards:
+            # Guarded bodies stop at once (the guard only schedules their cancellation).
+            for guarded in list(hold.guards):
+                guarded.member_lost(why)
 
     def report_lost(self, hold: Hold, why: str) -> None:
         """A hold found gone on the server: log it once, then mark it lost."""

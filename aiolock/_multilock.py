@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 from redis.exceptions import RedisError
 
 from ._exceptions import LockError, LockLostError
+from ._guard import Hold, guarded_hold
 from ._handle import Acquirable, LockHandle, LockStatistics
 from ._holders import asking_for
 
@@ -182,6 +183,30 @@ class _Composite(Acquirable):
     def _valid(budget: float | None, took: float) -> bool:
         """Whether members taken over ``took`` seconds (of ``budget``) are all still held."""
         return budget is None or took < budget
+
+    # -- guarded holds --------------------------------------------------------------------
+
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+        if not await self._acquire(wait, lease):
+            return None
+        # Lost once fewer than the quorum of members remain held (a MultiLock: any one
+        # lost; a RedLock: fewer than a majority); confirmed until the quorum-th latest
+        # member confirmation. Members on several clients: each client's guard watches it.
+        records = [member._record() for member in self._members]
+        return guarded_hold(
+            [r if r is not None and r.count and r.lost is None else None for r in records],
+            need=self._quorum,
+            leases=[lease] * len(records),
+            guards=[member._engine.guard for member in self._members],
+        )
+
+    def _guard_release_soon(self) -> None:
+        for member in self._to_release():
+            if member._record() is not None:
+                member._guard_release_soon()
+
+    def _guard_holder(self) -> str:
+        return self._members[0]._guard_holder()
 
     # -- releasing ------------------------------------------------------------------------
 

@@ -273,6 +273,10 @@ class RenewalService:
         calls: list[tuple[list[str], list[str | int]]] = [
             (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
         ]
+        # The lease runs at least until this send time plus the lease (the server sets it
+        # later than that): what the answer confirms, for the guard.
+        sent = asyncio.get_running_loop().time()
+        confirmed = sent + self._lease_ms / 1000
         try:
             replies = await self._runner.run_batch(script, calls)
         except (RedisError, OSError) as exc:
@@ -289,6 +293,8 @@ class RenewalService:
                 all_sent = False
                 continue
             for hold, held in zip(batch, reply, strict=True):
+                if int(held) and sent >= hold.settled and confirmed > hold.confirmed:
+                    hold.confirmed = confirmed
                 # An unlock in flight may already have deleted the key: not a loss.
                 if not int(held) and hold in self._holds and not hold.releasing:
                     self._on_lost(hold, "the watchdog found its hold gone")

@@ -112,6 +112,34 @@ async def test_a_disconnected_client_stops_waiting_and_never_runs_the_handler(
     assert ran == []
 
 
+async def test_a_lost_hold_cancels_the_handler_and_is_503(
+    redis_url: str, name: str, make_client: ClientFactory
+) -> None:
+    started = asyncio.Event()
+    finished: list[str] = []
+    app = web.Application()
+    setup(app, redis_url, watchdog_timeout=0.6)
+
+    @locked(name + ":{job}", wait=2)
+    async def job(request: web.Request) -> web.Response:
+        started.set()
+        await asyncio.Event().wait()  # until the loss cancels it
+        finished.append("job")  # pragma: no cover - never reached
+        return web.Response()  # pragma: no cover
+
+    app.router.add_post("/jobs/{job}", job)
+    async with serving(app) as http:
+        request = asyncio.create_task(http.post("/jobs/a"))
+        async with asyncio.timeout(5):
+            await started.wait()
+        assert await make_client().lock(f"{name}:a").force_unlock()
+        async with asyncio.timeout(5):
+            response = await request
+        assert response.status == 503
+        assert "was lost" in (await response.json())["detail"]
+    assert finished == []
+
+
 async def test_setup_closes_the_client_at_cleanup(redis_url: str) -> None:
     app = web.Application()
     setup(app, redis_url)

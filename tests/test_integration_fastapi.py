@@ -160,6 +160,32 @@ async def test_a_disconnected_client_stops_waiting_and_never_runs_the_handler(
     assert sent[0]["status"] == 499
 
 
+async def test_a_lost_hold_cancels_the_handler_and_is_503(
+    redis_url: str, name: str, make_client: ClientFactory
+) -> None:
+    started = asyncio.Event()
+    finished: list[str] = []
+    app = FastAPI(lifespan=lifespan(redis_url, watchdog_timeout=0.6))
+
+    @app.post("/jobs/{job}", dependencies=[Depends(hold(name + ":{job}", wait=2))])
+    async def job(job: str) -> str:
+        started.set()
+        await asyncio.Event().wait()  # until the loss cancels it
+        finished.append(job)  # pragma: no cover - never reached
+        return job  # pragma: no cover
+
+    async with serving(app) as http:
+        request = asyncio.create_task(http.post("/jobs/a"))
+        async with asyncio.timeout(5):
+            await started.wait()
+        assert await make_client().lock(f"{name}:a").force_unlock()
+        async with asyncio.timeout(5):
+            response = await request
+    assert response.status_code == 503
+    assert "was lost" in response.json()["detail"]
+    assert finished == []
+
+
 async def test_lifespan_closes_the_client_and_runs_the_apps_own(redis_url: str) -> None:
     events: list[str] = []
 

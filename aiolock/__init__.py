@@ -20,6 +20,7 @@ from ._fair_rwlock import FairWriteLock as FairWriteLock
 from ._fenced import FencedLock as FencedLock
 from ._guard import Hold as Hold
 from ._handle import LockStatistics as LockStatistics
+from ._leader import Leader as Leader
 from ._lock import Lock as Lock
 from ._multilock import MultiLock as MultiLock
 from ._multilock import RedLock as RedLock
@@ -40,6 +41,7 @@ __all__ = (
     "FairWriteLock",
     "FencedLock",
     "Hold",
+    "Leader",
     "Lock",
     "LockError",
     "LockLostError",

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
@@ -17,8 +17,9 @@ from ._affinity import Affinity
 from ._background import Background
 from ._cancel import cancel_mark, cancelled_since
 from ._cluster import Cluster, ClusterPubSub, node_connector, seeds_of
-from ._config import ClientOptions, Settings, TimeArg
+from ._config import ClientOptions, Settings, TimeArg, lease_seconds
 from ._count_down_latch import CountDownLatch
+from ._decorator import LockKind, locked
 from ._engine import Engine
 from ._fair_lock import FairLock
 from ._fair_rwlock import FairReadWriteLock
@@ -26,6 +27,7 @@ from ._fenced import FencedLock
 from ._holders import HolderIds
 from ._holds import HoldRegistry
 from ._latches import LatchSweeper
+from ._leader import Leader
 from ._lock import Lock
 from ._ordering import CallOrder
 from ._permit_expirable_semaphore import PermitExpirableSemaphore
@@ -41,7 +43,7 @@ from ._transport import CommandTransport
 from ._waiting import WaitingRoom
 
 if TYPE_CHECKING:
-    from collections.abc import Awaitable, Callable
+    from collections.abc import Awaitable, Callable, Coroutine
     from types import TracebackType
 
     from redis.asyncio.connection import AbstractConnection
@@ -49,6 +51,9 @@ if TYPE_CHECKING:
 __all__ = ("Client",)
 
 log = logging.getLogger("aiolock")
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 # A send with no socket timeout can wait without bound; past this many seconds a resend
 # window is no longer derived from the connection's settings, only assumed.
@@ -313,6 +318,31 @@ class Client:
     def count_down_latch(self, name: str) -> CountDownLatch:
         """A count-down latch (Redisson RCountDownLatch layout)."""
         return CountDownLatch(self._engine, name)
+
+    # -- leadership and decorators --------------------------------------------------------
+
+    def leader(self, name: str, lease: TimeArg = None) -> Leader:
+        """An election on the reentrant lock ``name``: its holder is the leader.
+
+        ``lease`` None: the watchdog keeps a term alive; a number: a term's longest length.
+        """
+        return Leader(self.lock(name), lease_seconds(lease))
+
+    def locked(
+        self,
+        template: str,
+        *,
+        wait: TimeArg = None,
+        lease: TimeArg = None,
+        kind: LockKind = "lock",
+    ) -> Callable[[Callable[P, Awaitable[R]]], Callable[P, Coroutine[Any, Any, R]]]:
+        """Decorate a coroutine function to run each call under a guarded lock.
+
+        The lock's name is ``template`` formatted with the call's arguments by name
+        (``"orders:{order_id}"``); ``wait`` as in ``acquired()`` (LockTimeoutError when it
+        runs out), ``kind`` the lock kind (``"lock"``, ``"fair_lock"``, ``"read_lock"``, ...).
+        """
+        return locked(self, template, wait=wait, lease=lease, kind=kind)
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -24,14 +24,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import string
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Literal, get_args
+from typing import TYPE_CHECKING
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._config import check_name, lease_seconds, wait_seconds
+from .._decorator import LockKind, check_kind, lock_of_kind
+from .._decorator import _template_fields as template_fields
 from .._exceptions import ClientClosedError, LockLostError, LockTimeoutError
 
 if TYPE_CHECKING:
@@ -39,35 +40,10 @@ if TYPE_CHECKING:
     from .._guard import Hold
     from .._handle import LockHandle
 
+# LockKind: the kinds a route may hold, as ``client.locked(kind=...)`` takes them.
 __all__ = ("LockKind", "Refused", "Route", "held")
 
 log = logging.getLogger("aiolock")
-
-#: The lock kinds a route may hold: the client's lock factories, and the views of both
-#: read-write locks (as ``client.locked(kind=...)`` takes them).
-LockKind = Literal[
-    "lock",
-    "fair_lock",
-    "fenced_lock",
-    "spin_lock",
-    "read_lock",
-    "write_lock",
-    "fair_read_lock",
-    "fair_write_lock",
-]
-_KINDS: tuple[str, ...] = get_args(LockKind)
-
-_FACTORIES: dict[str, Callable[[Client, str], LockHandle]] = {
-    "lock": lambda client, name: client.lock(name),
-    "fair_lock": lambda client, name: client.fair_lock(name),
-    "fenced_lock": lambda client, name: client.fenced_lock(name),
-    "spin_lock": lambda client, name: client.spin_lock(name),
-    "read_lock": lambda client, name: client.read_write_lock(name).read_lock(),
-    "write_lock": lambda client, name: client.read_write_lock(name).write_lock(),
-    "fair_read_lock": lambda client, name: client.fair_read_write_lock(name).read_lock(),
-    "fair_write_lock": lambda client, name: client.fair_read_write_lock(name).write_lock(),
-}
-assert set(_FACTORIES) == set(_KINDS)
 
 #: How often the aiohttp integration looks whether a waiting request's client left (it has
 #: no event for it when handlers are not cancelled on disconnect).
@@ -112,14 +88,10 @@ class Route:
         if not template:
             raise ValueError("template must be a non-empty str")
         self.template = template
-        self.fields = _fields(template)
+        self.fields = frozenset(template_fields(template))
         self.wait = wait_seconds(wait)
         self.lease = lease_seconds(lease)
-        if not isinstance(kind, str):
-            raise TypeError(f"kind must be a str, not {type(kind).__name__}")
-        if kind not in _KINDS:
-            raise ValueError(f"kind must be one of {', '.join(map(repr, _KINDS))}; got {kind!r}")
-        self.kind = kind
+        self.kind = check_kind(kind)
         if isinstance(retry_after, bool) or not isinstance(retry_after, int):
             raise TypeError(
                 f"retry_after must be an int of seconds, not {type(retry_after).__name__}"
@@ -148,27 +120,7 @@ class Route:
 
     def handle(self, client: Client, params: Mapping[str, object]) -> LockHandle:
         """The handle of this route's lock for a request's path parameters."""
-        return _FACTORIES[self.kind](client, self.name(params))
-
-
-def _fields(template: str) -> frozenset[str]:
-    """The path parameters ``template`` formats (``{order.id}`` names ``order``)."""
-    names: set[str] = set()
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as exc:
-        raise ValueError(f"lock name template {template!r} is malformed: {exc}") from None
-    for _, field, _, _ in parsed:
-        if field is None:
-            continue
-        root = field.partition(".")[0].partition("[")[0]
-        if not root or root.isdigit():
-            raise ValueError(
-                f"lock name template {template!r} has a positional field {{{field}}}: "
-                "name the path parameter, as in 'orders:{order_id}'"
-            )
-        names.add(root)
-    return frozenset(names)
+        return lock_of_kind(client, self.kind, self.name(params))
 
 
 @contextlib.asynccontextmanager

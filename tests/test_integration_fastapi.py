@@ -186,6 +186,24 @@ async def test_a_lost_hold_cancels_the_handler_and_is_503(
     assert finished == []
 
 
+async def test_a_request_cancelled_while_it_waits_raises_cancelled_and_leaves_nothing(
+    redis_url: str, name: str, make_client: ClientFactory
+) -> None:
+    # A server cancelling the request task (uvicorn at shutdown, a timeout middleware):
+    # the CancelledError is not turned into an answer, and the wait leaves nothing behind.
+    app, ran = orders_app(redis_url, name, wait=None)
+    other = make_client()
+    async with serving(app) as http, other.lock(f"{name}:7"):
+        waiting = app_client(app).lock(f"{name}:7")
+        request = asyncio.create_task(http.post("/orders/7/pay", json={"amount": 5}))
+        await wait_until(lambda: waiting.statistics().tasks_waiting == 1, what="request waits")
+        request.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await request
+        assert waiting.statistics().tasks_waiting == 0
+    assert ran == []
+
+
 async def test_lifespan_closes_the_client_and_runs_the_apps_own(redis_url: str) -> None:
     events: list[str] = []
 

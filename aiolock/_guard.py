@@ -40,21 +40,22 @@ if TYPE_CHECKING:
 
 __all__ = ("DRIFT_FACTOR", "DRIFT_S", "Guard", "Guarded", "Hold", "drift_margin")
 
-# The drift margin, as Redisson's RedLock has it for clock drift (lease * 0.01 + 2 ms), made
-# a little wider. The guard compares the LOCAL monotonic clock with an expiry the SERVER
-# keeps on ITS clock, both counting from the same instant (the server executes a command
-# after it was sent), so what matters is:
-# * their rates: a clock slewed by NTP runs at most 500 ppm off, so two of them 0.1 % of
-#   the lease apart at worst: 1 % is ten times that (a VM paused and resumed is not drift;
-#   no margin covers it, see the docs);
+# The drift margin: Redisson's RedLock allows lease * 0.01 + 2 ms for clock drift; this
+# margin is 1 % of the lease plus 12 ms. The guard compares the LOCAL monotonic clock with
+# an expiry the SERVER keeps on ITS clock, both counting from one instant (the server runs
+# a command after it was sent), so what matters is:
+# * the clocks' rates: one slewed by NTP runs at most 500 ppm off, two of them 0.1 % of the
+#   lease apart at worst: 1 % is ten times that (a VM paused and resumed is not drift; no
+#   margin covers it: see the docs);
 # * the server's expiry granularity: whole milliseconds (PEXPIRE; a script's time is
-#   frozen when it starts, and an expired key is never returned once its ms has passed),
-#   and our lease rounded to ms: 2 ms;
-# * the cancel's own delivery: the timer fires, the scope's callback runs next, then the
-#   body's next step: a few loop iterations, well under a ms on a loop that is not starved
-#   (benchmarks/guard_latency.py: p99 ~0.2 ms): 3 ms more.
+#   frozen as it starts; an expired key is never returned once its ms has passed), and the
+#   lease rounded to ms: 2 ms;
+# * the cancel's delivery: the timer fires late (epoll waits whole ms, rounded up), then
+#   the scope's callback and the body's next step take a loop iteration each:
+#   benchmarks/guard_latency.py measured p50 1.3 ms, p99 2.2 ms from confirmed_until to
+#   the body's CancelledError on a shared 2-core machine: 10 ms, four times that.
 DRIFT_FACTOR = 0.01
-DRIFT_S = 0.005
+DRIFT_S = 0.012
 
 
 def drift_margin(lease: float) -> float:

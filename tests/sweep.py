@@ -58,6 +58,7 @@ from aiolock._keys import fair_queue_key, fair_timeout_key, prefixed
 from .helpers import dispatchers_of, quiesce, wait_until
 
 __all__ = (
+    "GUARDED_CALLS",
     "AnyLock",
     "Call",
     "Holder",
@@ -147,6 +148,9 @@ class Call(enum.Enum):
     AENTER = "async_with_enter"
     AEXIT = "async_with_exit"
     ACQUIRED_EXIT = "acquired5_exit"
+    #: A guarded block's entry and exit (``guarded(wait=5)``, issue 22).
+    GUARDED = "guarded5_enter"
+    GUARDED_EXIT = "guarded5_exit"
     UNLOCK = "unlock"
     FORCE = "force_unlock"
 
@@ -161,8 +165,10 @@ class Call(enum.Enum):
         return self in _RELEASES
 
 
-_ACQUIRES = frozenset({Call.LOCK, Call.TRY0, Call.TRY5, Call.ACQUIRED, Call.AENTER})
-_RELEASES = frozenset({Call.UNLOCK, Call.AEXIT, Call.ACQUIRED_EXIT})
+_ACQUIRES = frozenset({Call.LOCK, Call.TRY0, Call.TRY5, Call.ACQUIRED, Call.AENTER, Call.GUARDED})
+_RELEASES = frozenset({Call.UNLOCK, Call.AEXIT, Call.ACQUIRED_EXIT, Call.GUARDED_EXIT})
+#: The guarded block's calls (the quick sweep takes them on the plain lock only).
+GUARDED_CALLS = frozenset({Call.GUARDED, Call.GUARDED_EXIT})
 
 
 class Scenario(enum.Enum):
@@ -602,6 +608,10 @@ class _Case:
             cm = h.acquired(wait=5)
             await self.holder.call(cm.__aenter__)
             self.stack.append(_exit_of(cm))
+        elif how is Call.GUARDED_EXIT:
+            guarded = h.guarded(wait=5)
+            await self.holder.call(guarded.__aenter__)
+            self.stack.append(_exit_of(guarded))
         else:
             await self.holder.call(h.lock)
             self.stack.append(h.unlock)
@@ -657,6 +667,14 @@ class _Case:
             fn, releaser = cm.__aenter__, _exit_of(cm)
         elif call is Call.AENTER:
             fn, releaser = h.__aenter__, partial(h.__aexit__, None, None, None)
+        elif call is Call.GUARDED:
+            guarded = h.guarded(wait=5)
+
+            async def fn() -> object:
+                # Entered: the hold is guarded, not lost.
+                return not (await guarded.__aenter__()).lost
+
+            releaser = _exit_of(guarded)
         elif call is Call.FORCE:
             fn, releaser = h.force_unlock, None
         else:

@@ -29,7 +29,7 @@ nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["tests", "lint", "mypy"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
-LINTED = ["aiolock", "tests", "benchmarks", "noxfile.py"]
+LINTED = ["aiolock", "tests", "benchmarks", "examples", "noxfile.py"]
 # "Programming Language :: Python :: 3.X" classifiers, oldest first.
 PYTHONS = nox.project.python_versions(PYPROJECT)
 
@@ -146,7 +146,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def mypy(session: nox.Session) -> None:
-    """mypy --strict over aiolock, tests and benchmarks (configured in pyproject.toml)."""
+    """mypy --strict over aiolock, tests, benchmarks and examples (configured in pyproject.toml)."""
     mypy_args = _install_wheel(session, "typing")
     session.run("mypy", *mypy_args)
 

@@ -140,11 +140,11 @@ async def held(
     except BaseException as exc:
         # As ``async with`` does: the body's exception goes to the hold's exit.
         try:
-            suppressed = await guarded.__aexit__(type(exc), exc, exc.__traceback__)
+            # A guarded block never suppresses the body's exception.
+            await guarded.__aexit__(type(exc), exc, exc.__traceback__)
         except LockLostError as lost:
             raise Refused(UNAVAILABLE, f"the lock {handle.name!r} was lost") from lost
-        if not suppressed:
-            raise
+        raise
     else:
         try:
             await guarded.__aexit__(None, None, None)

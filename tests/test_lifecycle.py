@@ -52,6 +52,7 @@ _LOCK: dict[str, Call] = {
     "hold_count": lambda h: h.hold_count(),
     "remaining_lease": lambda h: h.remaining_lease(),
     "acquired": lambda h: _enter(h.acquired()),
+    "guarded": lambda h: _enter(h.guarded()),
     "__aenter__": lambda h: h.__aenter__(),
     "__aexit__": lambda h: h.__aexit__(None, None, None),
 }
@@ -71,10 +72,14 @@ CALLS: dict[str, dict[str, Call]] = {
         "lock_and_get_token": lambda h: h.lock_and_get_token(),
         "try_lock_and_get_token": lambda h: h.try_lock_and_get_token(),
     },
-    "multi_lock": {k: v for k, v in _LOCK.items() if k != "acquired"}
-    | {"acquired": lambda h: _enter(h.acquired())},
-    "red_lock": {k: v for k, v in _LOCK.items() if k != "acquired"}
-    | {"acquired": lambda h: _enter(h.acquired())},
+    "multi_lock": _LOCK,
+    "red_lock": _LOCK,
+    "leader": {
+        "elected": lambda h: _enter(h.elected()),
+        "run": lambda h: h.run(_nothing),
+    },
+    # A function decorated with client.locked(): its call takes the lock.
+    "locked": {"__call__": lambda f: f(7)},
     "semaphore": {
         "acquire": lambda h: h.acquire(),
         "try_acquire": lambda h: h.try_acquire(),
@@ -109,7 +114,16 @@ CALLS: dict[str, dict[str, Call]] = {
 
 #: Public names that never do I/O (properties, statistics, handle factories).
 LOCAL = frozenset(
-    {"name", "owner", "client_id", "statistics", "tasks_waiting", "read_lock", "write_lock"}
+    {
+        "name",
+        "owner",
+        "client_id",
+        "statistics",
+        "tasks_waiting",
+        "read_lock",
+        "write_lock",
+        "is_leader",
+    }
 )
 
 
@@ -125,6 +139,8 @@ FACTORIES = frozenset(
         "semaphore",
         "permit_expirable_semaphore",
         "count_down_latch",
+        "leader",
+        "locked",
     }
 )
 
@@ -150,7 +166,17 @@ def handles(client: aiolock.Client, name: str) -> dict[str, Any]:
         "semaphore": client.semaphore(f"{name}:sem"),
         "permit_expirable_semaphore": client.permit_expirable_semaphore(f"{name}:psem"),
         "count_down_latch": client.count_down_latch(f"{name}:latch"),
+        "leader": client.leader(f"{name}:leader"),
+        "locked": client.locked(f"{name}:job:{{n}}")(_job),
     }
+
+
+async def _nothing() -> None:
+    return None
+
+
+async def _job(n: int) -> int:
+    return n
 
 
 def test_every_public_call_is_enumerated() -> None:
@@ -162,6 +188,10 @@ def test_every_public_call_is_enumerated() -> None:
         public |= {n for n in ("__aenter__", "__aexit__") if hasattr(cls, n)}
         if kind == "client":
             public -= FACTORIES | {"closed", "from_url"}
+        if kind == "leader":
+            public -= {"lock"}  # the property: the term's lock handle
+        if kind == "locked":
+            public = {"__call__"}
         assert public - LOCAL == set(CALLS[kind]), kind
 
 

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import Any
 
 import httpx
+import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from redis.asyncio import Redis
 
@@ -128,3 +129,40 @@ async def test_leader_scheduler_runs_on_one_client_and_fails_over(
         for run in runs.values():
             run.cancel()
         await asyncio.gather(*runs.values(), return_exceptions=True)
+
+
+README = EXAMPLES.parent / "README.md"
+
+
+def readme_part(name: str) -> str:
+    """The lines of ``examples/{name}.py`` between its ``--8<--`` markers (the README's)."""
+    text = (EXAMPLES / f"{name}.py").read_text()
+    start = text.index("# --8<-- [start:readme]\n") + len("# --8<-- [start:readme]\n")
+    return text[start : text.index("# --8<-- [end:readme]")].strip() + "\n"
+
+
+@pytest.mark.parametrize("name", ["fastapi_quickstart", "aiohttp_quickstart"])
+def test_the_readme_quotes_its_examples_verbatim(name: str) -> None:
+    """The README's framework snippets are these files' (run and type-checked below)."""
+    assert f"```python\n{readme_part(name)}```" in README.read_text()
+
+
+def quickstart(name: str, monkeypatch: pytest.MonkeyPatch, redis_url: str) -> ModuleType:
+    """Import ``examples/{name}.py`` afresh, its client pointed at the test server."""
+    monkeypatch.setenv("REDIS_URL", redis_url)
+    monkeypatch.delitem(sys.modules, f"examples.{name}", raising=False)
+    return example(name)
+
+
+async def test_fastapi_quickstart(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = quickstart("fastapi_quickstart", monkeypatch, redis_url).app
+    async with asgi(app) as http:
+        response = await http.post("/orders/7/pay")
+        assert (response.status_code, response.json()) == (200, {"paid": 7})
+
+
+async def test_aiohttp_quickstart(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    app = quickstart("aiohttp_quickstart", monkeypatch, redis_url).app
+    async with TestClient(TestServer(app)) as http:
+        response = await http.post("/reports/daily")
+        assert (response.status, await response.json()) == (200, {"built": "daily"})

@@ -16,13 +16,18 @@ import functools
 import inspect
 import string
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, get_args
 
 from ._config import check_name, lease_seconds, wait_seconds
 
 if TYPE_CHECKING:
-    from ._client import Client
+    from ._fair_lock import FairLock
+    from ._fair_rwlock import FairReadWriteLock
+    from ._fenced import FencedLock
     from ._handle import LockHandle
+    from ._lock import Lock
+    from ._rwlock import ReadWriteLock
+    from ._spin import SpinLock
 
 __all__ = ("LockKind", "check_kind", "lock_of_kind", "locked")
 
@@ -51,6 +56,20 @@ def check_kind(kind: object) -> LockKind:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(map(repr, KINDS))}; got {kind!r}")
     return kind  # type: ignore[return-value]  # checked against LockKind's values above
+
+
+class Client(Protocol):
+    """The client's handle factories: all this module needs of ``aiolock.Client``.
+
+    The client builds the decorator, so naming its class here would make an import cycle.
+    """
+
+    def lock(self, name: str) -> Lock: ...
+    def fair_lock(self, name: str) -> FairLock: ...
+    def fenced_lock(self, name: str) -> FencedLock: ...
+    def spin_lock(self, name: str) -> SpinLock: ...
+    def read_write_lock(self, name: str) -> ReadWriteLock: ...
+    def fair_read_write_lock(self, name: str) -> FairReadWriteLock: ...
 
 
 _FACTORIES: dict[str, Callable[[Client, str], LockHandle]] = {

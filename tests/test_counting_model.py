@@ -5,7 +5,7 @@ either client, run to its end or cancelled at a drawn loop iteration; once the c
 quiet, Redis must say what the reference model says:
 
 - semaphore: the permits are the set ones, plus every release and add, minus every take
-  that returned True (a cancelled one took nothing in the end); a take succeeds exactly
+  that returned True and every drain (a cancelled one took nothing in the end); a take succeeds exactly
   when the model has enough; a waiter is woken by a release of the other client;
 - permit-expirable semaphore: the ids taken are the ids acquire() answered and nobody
   released, and the permits held in acquired() blocks (renewed by the watchdog: a renewal
@@ -105,6 +105,15 @@ class SemaphoreMachine(_Counting):
     def add_permits(self, client: int, n: int) -> None:
         self.run(self.call(self.clients[client].semaphore(self.name).add_permits(n), None))
         self.permits += n
+
+    @rule(client=clients, cancel=cancels)
+    def drain(self, client: int, cancel: int | None) -> None:
+        """drain_permits takes what there is (cancelled: nothing, it is given back)."""
+        sem = self.clients[client].semaphore(self.name)
+        result = self.run(self.call(sem.drain_permits(), cancel))
+        if result != CANCELLED:
+            assert result == self.permits
+            self.permits = 0
 
     @rule(client=clients, n=st.integers(min_value=1, max_value=3))
     def woken(self, client: int, n: int) -> None:

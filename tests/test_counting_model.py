@@ -5,8 +5,8 @@ either client, run to its end or cancelled at a drawn loop iteration; once the c
 quiet, Redis must say what the reference model says:
 
 - semaphore: the permits are the set ones, plus every release and add, minus every take
-  that returned True and every drain (a cancelled one took nothing in the end); a take succeeds exactly
-  when the model has enough; a waiter is woken by a release of the other client;
+  that returned True and every drain (a cancelled one took nothing in the end); a take
+  succeeds exactly when the model has enough; a waiter is woken by a release of the other client;
 - permit-expirable semaphore: the ids taken are the ids acquire() answered and nobody
   released, and the permits held in acquired() blocks (renewed by the watchdog: a renewal
   round renews every one of them, none lost); an unknown id's release raises

@@ -1167,6 +1167,25 @@ class Engine:
             raise asyncio.CancelledError
         return deleted
 
+    async def delete(self, w: Waitable, *keys: str) -> bool:
+        """Remove ``w``'s ``keys`` as Redisson's delete does; True if any of them existed.
+
+        This client's renewed holds on ``w`` (a semaphore's permits) are gone with them:
+        marked lost, so the watchdog stops and their release raises LockLostError.
+        """
+        mark = cancel_mark()
+        self.check_open()
+        sent_at = self._holds.clock()
+        try:
+            deleted = int(await self._runner.command("DEL", *keys)) > 0
+        except ResponseError as exc:
+            raise script_error(w.name, w.key, exc) from exc
+        if deleted:
+            self._holds.mark_key_lost(w.key, "delete() deleted it", begun_by=sent_at)
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        return deleted
+
     # -- queries --------------------------------------------------------------------------
 
     async def query(self, p: Waitable, *args: str) -> Any:
@@ -1323,6 +1342,39 @@ class Engine:
             raise
         finally:
             self._background.call_ended()
+
+    def took_permit(self, w: Waitable, permit: str, timeouts: str) -> None:
+        """Record a permit (its hex id) that the watchdog renews while the calling task lives.
+
+        Called right after the take returned, with no await in between: a cancel cannot
+        come between the permit taken and its renewal. ``timeouts``: the ZSET whose score
+        of the permit the renewal moves forward (``psem_renew.lua``).
+        """
+        self._holds.acquired(
+            key=w.key,
+            field=permit,
+            name=w.name,
+            holder=f"permit {permit}",
+            task=asyncio.current_task(),
+            count=1,
+            lease_ms=None,
+            kind="permit",
+            extra=timeouts,
+        )
+
+    def let_go_permit(self, w: Waitable, permit: str) -> tuple[bool, str | None]:
+        """Stop renewing a permit about to be released: was it renewed, why was it lost.
+
+        The reason is None if it was not found lost. Called before the release is sent:
+        should the release never land, the permit runs out with its lease instead of
+        staying taken, renewed, by nobody's knowledge.
+        """
+        hold = self._holds.get(w.key, permit)
+        if hold is None or hold.kind != "permit":
+            return False, None
+        lost = hold.lost
+        self._holds.drop(hold)
+        return True, lost
 
     async def await_condition(
         self, w: Waitable, holds: Callable[[], Awaitable[bool]], wait: float | None

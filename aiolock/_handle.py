@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Self
 
@@ -30,7 +30,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("aiolock")
 
-__all__ = ("Acquirable", "LockHandle", "LockStatistics", "ReadWritePair", "extend_seconds")
+__all__ = (
+    "Acquirable",
+    "LockHandle",
+    "LockStatistics",
+    "ReadWritePair",
+    "extend_seconds",
+    "release_at_exit",
+)
 
 
 def extend_seconds(lease: object) -> float:
@@ -54,6 +61,42 @@ class LockStatistics:
     held_by_current_task: bool
     hold_count: int
     tasks_waiting: int
+
+
+async def release_at_exit(
+    name: str, release: Callable[[], Awaitable[None]], body_error: BaseException | None
+) -> None:
+    """Release (``release()``) at the end of a block, never hiding the body's exception.
+
+    A body cancelled (even twice, the second time during this release) still
+    releases: unlock() finishes a cancelled release in the background, and a cancel
+    during it raises CancelledError as ever. Any other failure of the release is,
+    when the body raised, a note on the body's exception (and a WARNING); else it is
+    raised: the lock's own errors (LockLostError, LockNotOwnedError) and misuse
+    (RuntimeError) as they are, a redis-py or socket error (the server unreachable)
+    as ReleaseError, so that a failed release after the work was done never reads as
+    a failed acquire.
+    """
+    try:
+        await release()
+    except Exception as exc:
+        # The server's or the network's failure (after the client's retries): the
+        # release failed. Anything else (the lock's own errors, a misuse) as it is.
+        failed = isinstance(exc, (RedisError, OSError)) and not isinstance(exc, LockError)
+        error = ReleaseError(name, exc) if failed else exc
+        if body_error is None:
+            if error is exc:
+                raise
+            raise error from exc
+        if error is not exc:
+            error.__cause__ = exc
+        log.warning(
+            "aiolock: releasing %r at the end of a block that raised %r failed: %r",
+            name,
+            body_error,
+            error,
+        )
+        body_error.add_note(f"aiolock: and releasing lock {name!r} failed: {error!r}")
 
 
 class Acquirable:
@@ -150,37 +193,8 @@ class Acquirable:
         await self._release_at_exit(exc)
 
     async def _release_at_exit(self, body_error: BaseException | None) -> None:
-        """Release at the end of a block, never hiding the body's exception.
-
-        A body cancelled (even twice, the second time during this release) still
-        releases: unlock() finishes a cancelled release in the background, and a cancel
-        during it raises CancelledError as ever. Any other failure of the release is,
-        when the body raised, a note on the body's exception (and a WARNING); else it is
-        raised: the lock's own errors (LockLostError, LockNotOwnedError) and misuse
-        (RuntimeError) as they are, a redis-py or socket error (the server unreachable)
-        as ReleaseError, so that a failed release after the work was done never reads as
-        a failed acquire.
-        """
-        try:
-            await self.unlock()
-        except Exception as exc:
-            # The server's or the network's failure (after the client's retries): the
-            # release failed. Anything else (the lock's own errors, a misuse) as it is.
-            failed = isinstance(exc, (RedisError, OSError)) and not isinstance(exc, LockError)
-            error = ReleaseError(self.name, exc) if failed else exc
-            if body_error is None:
-                if error is exc:
-                    raise
-                raise error from exc
-            if error is not exc:
-                error.__cause__ = exc
-            log.warning(
-                "aiolock: releasing %r at the end of a block that raised %r failed: %r",
-                self.name,
-                body_error,
-                error,
-            )
-            body_error.add_note(f"aiolock: and releasing lock {self.name!r} failed: {error!r}")
+        """Release at the end of a block, never hiding the body's exception."""
+        await release_at_exit(self.name, self.unlock, body_error)
 
 
 class LockHandle(Acquirable):

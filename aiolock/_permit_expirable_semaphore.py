@@ -11,18 +11,22 @@ until the earliest permit taken expires, so an expiring permit is never waited p
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from typing import TYPE_CHECKING, Any
 
-from ._config import TimeArg, lease_seconds, wait_seconds
-from ._exceptions import LockLostError, LockNotOwnedError
+from ._config import TimeArg, check_count, lease_seconds, wait_seconds
+from ._exceptions import LockLostError, LockNotOwnedError, LockTimeoutError
+from ._handle import release_at_exit
 from ._keys import suffixed
 from ._primitive import Invocation, Outcome
 from ._scripts import load_script
 from ._semaphore import PermitCount, Permits
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
+
     from ._config import Settings
     from ._engine import Engine
 
@@ -65,6 +69,14 @@ class PermitState(PermitCount):
             [permit, NEVER, s.publish, s.latch_ttl_ms],
         )
 
+    def set_permits(self, permits: int, latch: str) -> Invocation:
+        s = self.settings
+        return Invocation(
+            load_script("psem_set_permits"),
+            [self.key, self.timeouts, self.chan, latch],
+            [permits, s.publish, s.latch_ttl_ms],
+        )
+
     def available(self) -> Invocation:
         return Invocation(
             load_script("psem_available"),
@@ -101,6 +113,57 @@ class PermitExpirableSemaphore(Permits):
         """The permits available now, those whose lease ran out included."""
         return int(await self._engine.ask(self._s, self._s.available()))
 
+    async def set_permits(self, permits: int) -> None:
+        """Set the total of permits, those taken included (Redisson's setPermits).
+
+        The available count becomes ``permits`` minus the permits taken now (it may go
+        below 0: nobody gets one until enough come back); a semaphore never set gets
+        ``permits``. Made once, even if the call is cancelled or cut off.
+        """
+        n = check_count(permits, "permits", minimum=0)
+        s = self._s
+        await self._engine.change(s, lambda latch: s.set_permits(n, latch), "set permits of")
+
+    async def delete(self) -> bool:
+        """Remove the semaphore and its permits taken as Redisson does; True if found.
+
+        This client's renewed permits of it are lost (their release raises
+        LockLostError); as in Redisson nothing is published.
+        """
+        s = self._s
+        return await self._engine.delete(s, s.key, s.timeouts)
+
+    def acquired(
+        self, wait: TimeArg = None, lease: TimeArg = None
+    ) -> contextlib.AbstractAsyncContextManager[str]:
+        """``async with psem.acquired(wait=5) as permit_id:`` takes a permit, released on exit.
+
+        ``lease`` None: the watchdog renews the permit while the task lives (its expiry in
+        ``{name}:timeout`` moves forward, as a Java client sees it), so it comes back by
+        itself within ``watchdog_timeout`` once its holder's process dies; found gone, it
+        is reported lost (WARNING) and the exit raises LockLostError. Else the permit
+        expires after ``lease`` seconds. LockTimeoutError once ``wait`` ran out (None:
+        forever).
+        """
+        return self._acquired(wait_seconds(wait), lease_seconds(lease))
+
+    @contextlib.asynccontextmanager
+    async def _acquired(self, wait: float | None, lease: float | None) -> AsyncIterator[str]:
+        permit = await self._take(wait, lease, renewed=lease is None)
+        if permit is None:
+            assert wait is not None
+            raise LockTimeoutError(self.name, wait)
+
+        async def release() -> None:
+            await self.release(permit)
+
+        try:
+            yield permit
+        except BaseException as exc:
+            await release_at_exit(self.name, release, exc)
+            raise
+        await release_at_exit(self.name, release, None)
+
     async def acquire(self, lease: TimeArg = None) -> str:
         """Take a permit, waiting as long as it takes; its id. ``lease`` None: no expiry."""
         permit = await self._take(None, lease_seconds(lease))
@@ -111,9 +174,15 @@ class PermitExpirableSemaphore(Permits):
         """Take a permit within ``wait`` seconds (0: one attempt); its id, or None."""
         return await self._take(wait_seconds(wait), lease_seconds(lease))
 
-    async def _take(self, wait: float | None, lease: float | None) -> str | None:
+    async def _take(
+        self, wait: float | None, lease: float | None, *, renewed: bool = False
+    ) -> str | None:
+        """Take a permit within ``wait``; ``renewed``: with the watchdog's lease, renewed."""
         s = self._s
-        lease_ms = -1 if lease is None else max(1, round(lease * 1000))
+        if renewed:
+            lease_ms = self._engine.settings.lease_ms
+        else:
+            lease_ms = -1 if lease is None else max(1, round(lease * 1000))
         last: list[bytes] = []
 
         def attempt_for(tombstone: str) -> tuple[Invocation, Invocation]:
@@ -124,13 +193,17 @@ class PermitExpirableSemaphore(Permits):
 
         if not await self._engine.take(s, attempt_for, wait, _decode):
             return None
-        return last[0].hex()
+        permit = last[0].hex()
+        if renewed:
+            self._engine.took_permit(s, permit, s.timeouts)
+        return permit
 
     async def release(self, permit_id: str) -> None:
         """Give back the permit ``permit_id``; made once, even if cancelled or cut off.
 
         LockNotOwnedError if no permit has that id (never taken, or released already);
-        LockLostError if its lease had run out (the permit is back all the same).
+        LockLostError if its lease had run out (the permit is back all the same), or if it
+        was a permit renewed by the watchdog (``acquired()``) that was found gone.
         """
         if not isinstance(permit_id, str):
             raise TypeError(f"permit_id must be a str, not {type(permit_id).__name__}")
@@ -138,7 +211,13 @@ class PermitExpirableSemaphore(Permits):
             raise ValueError(f"permit_id must be 32 hex characters, got {permit_id!r}")
         s = self._s
         permit = bytes.fromhex(permit_id)
+        renewed, lost = self._engine.let_go_permit(s, permit_id)
         done = await self._engine.change(s, lambda latch: s.release(permit, latch), "release")
+        if renewed and (lost is not None or int(done) != 1):
+            # This client held it: gone is lost (its lease ran out unrenewed, it was
+            # reclaimed, the semaphore deleted), not a permit it never had.
+            why = lost or ("its lease had run out" if int(done) == 2 else "it was gone")
+            raise LockLostError(s.name, f"permit {permit_id}", why)
         if int(done) == 0:
             raise LockNotOwnedError(s.name, f"permit {permit_id}", "no permit has that id")
         if int(done) == 2:

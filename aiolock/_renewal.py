@@ -5,7 +5,9 @@ of at most 100 holds of one kind: ``hash`` holds (a holder field in a hash: lock
 write lock) through ``lock_renew.lua``, ``read`` holds (a read-write lock's reader) through
 ``rw_read_renew.lua``, which renews that holder's own per-hold timeout keys, and nobody
 else's, and judges each read hold alive by its own timeout key, not by the holder's field
-(``frw`` holds, a fair read-write lock's, through ``frw_renew.lua``). A hold whose holder
+(``frw`` holds, a fair read-write lock's, through ``frw_renew.lua``; ``permit`` holds, a
+permit-expirable semaphore's permits taken by ``acquired()``, through ``psem_renew.lua``,
+which moves the permit's expiry score forward). A hold whose holder
 field is gone is reported lost (WARNING, then ``LockLostError`` at the holder's
 unlock); an error is logged and that server is tried again a quarter period later.
 
@@ -42,7 +44,7 @@ BATCH_SIZE = 100
 #: A server, as the connection its keys' commands go to (None: not located yet).
 Server: TypeAlias = "CommandTransport | None"
 KeysOf = Callable[[list["Hold"]], list[str]]
-ArgsOf = Callable[[list["Hold"]], list[str]]
+ArgsOf = Callable[[list["Hold"]], list[str | bytes]]
 
 
 def _hash_kind() -> tuple[Script, KeysOf, ArgsOf]:
@@ -80,11 +82,22 @@ def _fair_rw_kind() -> tuple[Script, KeysOf, ArgsOf]:
     )
 
 
+def _permit_kind() -> tuple[Script, KeysOf, ArgsOf]:
+    # KEYS[i] = the "{name}:timeout" ZSET of permit i (``extra``); ARGV[i+1] = its id, the
+    # 16 raw bytes of the hex ``field``.
+    return (
+        load_script("psem_renew"),
+        lambda batch: [hold.extra for hold in batch],
+        lambda batch: [bytes.fromhex(hold.field) for hold in batch],
+    )
+
+
 #: Per hold kind: its renewal script and how a batch of holds becomes its KEYS and ARGV.
 _KINDS: dict[str, Callable[[], tuple[Script, KeysOf, ArgsOf]]] = {
     "hash": _hash_kind,
     "read": _read_kind,
     "frw": _fair_rw_kind,
+    "permit": _permit_kind,
 }
 
 
@@ -270,7 +283,7 @@ class RenewalService:
 
     async def _renew_kind(self, kind: str, batches: list[list[Hold]]) -> bool:
         script, keys_of, args_of = _KINDS[kind]()
-        calls: list[tuple[list[str], list[str | int]]] = [
+        calls: list[tuple[list[str], list[str | int | bytes]]] = [
             (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
         ]
         # The lease runs at least until this send time plus the lease (the server sets it

@@ -10,14 +10,18 @@ gives twice.
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any, Self
 
 from ._config import TimeArg, check_count, wait_seconds
+from ._exceptions import LockTimeoutError
+from ._handle import release_at_exit
 from ._keys import semaphore_channel
 from ._primitive import Invocation, Outcome, Waitable
 from ._scripts import load_script
 
 if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
     from types import TracebackType
 
     from ._config import Settings
@@ -89,6 +93,19 @@ class SemaphoreState(PermitCount):
             [permits, s.publish, s.latch_ttl_ms],
         )
 
+    def drain(self, receipt: str) -> Invocation:
+        return Invocation(
+            load_script("semaphore_drain"), [self.key, receipt], [self.settings.latch_ttl_ms]
+        )
+
+    def undrain(self, receipt: str) -> Invocation:
+        s = self.settings
+        return Invocation(
+            load_script("semaphore_undrain"),
+            [self.key, self.chan, receipt],
+            [s.publish, s.latch_ttl_ms],
+        )
+
 
 def _taken(reply: Any) -> Outcome:
     """``{1}``: taken; ``{0, n}``: not, with n permits available (fewer than asked)."""
@@ -150,6 +167,58 @@ class Semaphore(Permits):
         """The number of permits available now (0 if the semaphore was never set)."""
         value = await self._engine.query(self._s, "GET", self._s.key)
         return int(value) if value is not None else 0
+
+    async def drain_permits(self) -> int:
+        """Take every permit available now; how many (Redisson's drainPermits).
+
+        The count is what the semaphore held: 0 if it was never set; negative if
+        ``add_permits`` took away more than there were (the count is then 0). Cancelled,
+        it takes nothing: what it drained is given back.
+        """
+        s = self._s
+        drained: list[int] = []
+
+        def decode(reply: Any) -> Outcome:
+            drained.append(int(reply[1]))
+            return Outcome(done=int(reply[0]) == 1)
+
+        taken = await self._engine.take(
+            s, lambda receipt: (s.drain(receipt), s.undrain(receipt)), 0, decode
+        )
+        return drained[-1] if taken else 0
+
+    async def delete(self) -> bool:
+        """Remove the semaphore, as Redisson does; True if it existed.
+
+        As in Redisson nothing is published: waiters find it gone at their next look.
+        """
+        return await self._engine.delete(self._s, self._s.key)
+
+    def acquired(
+        self, permits: int = 1, wait: TimeArg = None
+    ) -> contextlib.AbstractAsyncContextManager[Self]:
+        """``async with sem.acquired(2, wait=5):`` takes ``permits``, given back on exit.
+
+        Given back whether the body returned, raised or was cancelled; LockTimeoutError
+        once ``wait`` ran out (None: forever).
+        """
+        return self._acquired(check_count(permits, "permits", minimum=1), wait_seconds(wait))
+
+    @contextlib.asynccontextmanager
+    async def _acquired(self, permits: int, wait: float | None) -> AsyncIterator[Self]:
+        if not await self._take(permits, wait):
+            assert wait is not None
+            raise LockTimeoutError(self.name, wait)
+
+        async def release() -> None:
+            await self.release(permits)
+
+        try:
+            yield self
+        except BaseException as exc:
+            await release_at_exit(self.name, release, exc)
+            raise
+        await release_at_exit(self.name, release, None)
 
     async def acquire(self, permits: int = 1) -> None:
         """Take ``permits``, waiting as long as it takes."""

@@ -5,10 +5,12 @@ either client, run to its end or cancelled at a drawn loop iteration; once the c
 quiet, Redis must say what the reference model says:
 
 - semaphore: the permits are the set ones, plus every release and add, minus every take
-  that returned True (a cancelled one took nothing in the end); a take succeeds exactly
-  when the model has enough; a waiter is woken by a release of the other client;
+  that returned True and every drain (a cancelled one took nothing in the end); a take
+  succeeds exactly when the model has enough; a waiter is woken by a release of the other client;
 - permit-expirable semaphore: the ids taken are the ids acquire() answered and nobody
-  released; an unknown id's release raises LockNotOwnedError;
+  released, and the permits held in acquired() blocks (renewed by the watchdog: a renewal
+  round renews every one of them, none lost); an unknown id's release raises
+  LockNotOwnedError; set_permits sets the total, the permits taken included;
 - latch: the count goes down by one per count-down, cancelled or not, never below zero;
   wait() returns True exactly when the model's count is zero.
 """
@@ -104,6 +106,15 @@ class SemaphoreMachine(_Counting):
         self.run(self.call(self.clients[client].semaphore(self.name).add_permits(n), None))
         self.permits += n
 
+    @rule(client=clients, cancel=cancels)
+    def drain(self, client: int, cancel: int | None) -> None:
+        """drain_permits takes what there is (cancelled: nothing, it is given back)."""
+        sem = self.clients[client].semaphore(self.name)
+        result = self.run(self.call(sem.drain_permits(), cancel))
+        if result != CANCELLED:
+            assert result == self.permits
+            self.permits = 0
+
     @rule(client=clients, n=st.integers(min_value=1, max_value=3))
     def woken(self, client: int, n: int) -> None:
         """A waiter for more than there is gets them once the other client releases."""
@@ -188,14 +199,25 @@ class LatchMachine(_Counting):
         assert int(value or 0) == self.count
 
 
+async def _hold(
+    psem: aiolock.PermitExpirableSemaphore, got: asyncio.Future[str], done: asyncio.Event
+) -> None:
+    """A task holding a renewed permit (``acquired()``) until ``done`` is set."""
+    async with psem.acquired(wait=0) as permit:
+        got.set_result(permit)
+        await done.wait()
+
+
 class PermitMachine(_Counting):
-    """The permit-expirable semaphore against the set of ids taken (no leases: a permit
-    that expires would make the model depend on time)."""
+    """The permit-expirable semaphore against the set of ids taken (no explicit leases: a
+    permit that expires would make the model depend on time; the renewed ones never do)."""
 
     @initialize(start=st.integers(min_value=0, max_value=3))
     def set_permits(self, start: int) -> None:
         self.total = start
         self.held: list[str] = []
+        # Permits held in acquired() blocks: (client, holder task, its "leave" event).
+        self.renewed: list[tuple[int, asyncio.Task[None], asyncio.Event]] = []
         psem = self.clients[0].permit_expirable_semaphore(self.name)
         assert self.run(psem.try_set_permits(start))
 
@@ -204,10 +226,75 @@ class PermitMachine(_Counting):
         psem = self.clients[client].permit_expirable_semaphore(self.name)
         result = self.run(self.call(psem.try_acquire(), cancel))
         if result is None:
-            assert len(self.held) == self.total, "refused with a permit free"
+            assert self.taken >= self.total, "refused with a permit free"
         elif result != CANCELLED:
-            assert len(self.held) < self.total, "took a permit that was not there"
+            assert self.taken < self.total, "took a permit that was not there"
             self.held.append(result)
+
+    @property
+    def taken(self) -> int:
+        return len(self.held) + len(self.renewed)
+
+    @rule(client=clients, cancel=cancels)
+    def hold_renewed(self, client: int, cancel: int | None) -> None:
+        """Enter an acquired() block in a task of its own, cancelled while entering at a
+        drawn loop iteration; it holds its permit until release_renewed."""
+        psem = self.clients[client].permit_expirable_semaphore(self.name)
+
+        async def enter() -> tuple[asyncio.Task[None], asyncio.Event] | None:
+            got: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            done = asyncio.Event()
+            task = asyncio.ensure_future(_hold(psem, got, done))
+            for _ in range(cancel or 0):
+                await asyncio.sleep(0)
+            if cancel is not None and not got.done():
+                task.cancel()  # only the entering: a block entered stays held
+            either: list[asyncio.Future[Any]] = [got, task]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if got.done():
+                return task, done
+            try:
+                await task
+            except aiolock.LockTimeoutError:
+                assert self.taken >= self.total, "refused with a permit free"
+            except asyncio.CancelledError:
+                pass
+            return None
+
+        entered = self.run(self.call(enter(), None))
+        if entered is not None:
+            assert self.taken < self.total, "took a permit that was not there"
+            self.renewed.append((client, *entered))
+
+    @rule(index=st.integers(min_value=0, max_value=7), cancel=cancels)
+    def release_renewed(self, index: int, cancel: int | None) -> None:
+        """Leave an acquired() block, cancelled at a drawn loop iteration or not: the
+        permit is back either way."""
+        if not self.renewed:
+            return
+        _, task, done = self.renewed.pop(index % len(self.renewed))
+
+        async def leave() -> None:
+            done.set()
+            await task
+
+        self.run(self.call(leave(), cancel))
+        if not task.done():
+            self.run(self.call(asyncio.wait([task]), None))
+
+    @rule(client=clients)
+    def renew(self, client: int) -> None:
+        """A renewal round renews every renewed permit of the client; none is lost."""
+        renewal = self.clients[client]._renewal
+        assert self.run(renewal.renew_once())
+        mine = sum(1 for c, _, _ in self.renewed if c == client)
+        assert len(renewal) == mine
+
+    @rule(client=clients, n=st.integers(min_value=0, max_value=4), cancel=cancels)
+    def set_total(self, client: int, n: int, cancel: int | None) -> None:
+        psem = self.clients[client].permit_expirable_semaphore(self.name)
+        self.run(self.call(psem.set_permits(n), cancel))  # made once, cancelled or not
+        self.total = n
 
     @rule(client=clients, index=st.integers(min_value=0, max_value=7), cancel=cancels)
     def release(self, client: int, index: int, cancel: int | None) -> None:
@@ -233,9 +320,15 @@ class PermitMachine(_Counting):
             return
         available = self.run(self.raw.get(self.name))
         taken = self.run(self.raw.zcard(f"{{{self.name}}}:timeout"))
-        assert (int(available or 0), taken) == (self.total - len(self.held), len(self.held))
+        assert (int(available or 0), taken) == (self.total - self.taken, self.taken)
 
     def teardown(self) -> None:
+        async def leave_all() -> None:
+            for _, task, done in getattr(self, "renewed", []):
+                done.set()
+                await task
+
+        self.run(leave_all())
         self.run(self.raw.delete(f"{{{self.name}}}:timeout"))
         super().teardown()
 

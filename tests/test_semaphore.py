@@ -241,3 +241,100 @@ async def test_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str)
     cases += await sweep(client, raw, name, woken, lambda r: 0 if r is True else 1, before=reset)
     assert cases >= 8
     await raw.delete(name)
+
+
+# Redisson's drainPermits, restated from redisson-spec-2.md 2.2 (a Java service's view).
+_REDISSON_DRAIN = """
+local value = redis.call('get', KEYS[1])
+if value == false then
+    return 0
+end
+redis.call('set', KEYS[1], 0)
+return tonumber(value)
+"""
+
+
+@pytest.mark.parametrize("start", [None, 5, -2, "ttl"])
+async def test_drain_and_delete_as_redisson(
+    client: aiolock.Client, raw: Redis, name: str, start: int | str | None
+) -> None:
+    """drain_permits answers and leaves what Redisson's does (an absent key stays absent, a
+    TTL is dropped, a negative count is answered as it is); delete() answers whether the
+    semaphore existed, and publishes nothing."""
+    twin = f"{name}:java"
+    for key in (name, twin):
+        if start == "ttl":
+            await raw.set(key, 7, px=60_000)
+        elif start is not None:
+            await raw.set(key, start)
+    java_drain = raw.register_script(_REDISSON_DRAIN)
+    expected = await java_drain(keys=[twin])
+    sem = client.semaphore(name)
+    assert await sem.drain_permits() == expected
+    assert await raw.get(name) == await raw.get(twin)
+    assert await raw.pttl(name) == await raw.pttl(twin)
+    assert await sem.drain_permits() == 0
+    async with raw.pubsub() as pubsub:
+        await pubsub.subscribe(channel(name))
+        assert (await pubsub.get_message(timeout=LIMIT))["type"] == "subscribe"
+        assert await sem.delete() is (start is not None)
+        assert await sem.delete() is False
+        assert await pubsub.get_message(timeout=0.05) is None
+    assert await raw.exists(name) == 0
+    await raw.delete(twin)
+
+
+async def test_acquired(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """acquired() takes its permits and gives them back on exit, also when the body raised;
+    LockTimeoutError once its wait ran out, having taken nothing."""
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(3)
+    async with sem.acquired(2) as held:
+        assert held is sem
+        assert await permits(raw, name) == 1
+        with pytest.raises(aiolock.LockTimeoutError, match=r"within 0\.05 s"):
+            async with sem.acquired(2, wait=0.05):
+                pass
+        assert await permits(raw, name) == 1
+    assert await permits(raw, name) == 3
+    seen = []
+
+    async def body_raises() -> None:
+        async with sem.acquired(3, wait=0):
+            seen.append(await permits(raw, name))
+            raise KeyError("body")
+
+    with pytest.raises(KeyError):
+        await body_raises()
+    assert seen == [0]
+    assert await permits(raw, name) == 3
+    with pytest.raises(ValueError, match="permits must be >= 1, got 0"):
+        sem.acquired(0)
+    await raw.delete(name)
+
+
+async def test_lifecycle_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str) -> None:
+    """drain_permits cancelled at every loop iteration takes nothing (what it drained comes
+    back); an acquired() block cancelled anywhere, in its acquire, body or exit, leaves the
+    permits as they were."""
+    sem = client.semaphore(name)
+
+    async def five() -> None:
+        await raw.set(name, 5)
+
+    cases = await sweep(
+        client,
+        raw,
+        name,
+        sem.drain_permits,
+        lambda r: 0 if r is CANCELLED else -int(r),  # type: ignore[call-overload]
+        before=five,
+    )
+
+    async def block() -> None:
+        async with sem.acquired(2):
+            await asyncio.sleep(0)
+
+    cases += await sweep(client, raw, name, block, lambda r: 0, before=five)
+    assert cases >= 6
+    await raw.delete(name)

@@ -1136,6 +1136,10 @@ class Engine:
                 # Registered before each renewal: a message while it flies wakes the next.
                 waiter = room.add(channel, p.wake_count, shared=True, watch=True)
                 try:
+                    # A message published before the server took the SUBSCRIBE was never
+                    # heard (a force_unlock() just as the term began): look once now.
+                    self.check_open()
+                    await self._renewal.renew_once()
                     while not sub.stale:
                         await waiter.wait(None)
                         room.remove(channel, waiter, leaving=False)

@@ -71,15 +71,24 @@ _PASSING: tuple[type[Exception], ...] = (
 )
 
 
-def _busy(exc: BaseException) -> bool:
-    # BUSY (another client's script or function runs past busy-reply-threshold) has no
-    # class of its own in redis-py; BUSYKEY and BUSYGROUP are other errors.
-    return isinstance(exc, ResponseError) and str(exc).startswith("BUSY ")
+# The same by the reply's first word, for a reply redis-py leaves a plain ResponseError:
+# BUSY (another client's script or function runs past busy-reply-threshold) has no class
+# of its own, and redis-py before 5.1 classes TRYAGAIN, CLUSTERDOWN and MASTERDOWN only in
+# its cluster client (so on the public-API fallback wire they arrive unclassed).
+# Each of these is of a state that passes by itself, so the one set serves both tests.
+_UNCLASSED = frozenset({"BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING"})
+
+
+def _code(exc: BaseException) -> str | None:
+    """The first word of an error reply redis-py left unclassed (BUSYKEY is not BUSY)."""
+    if type(exc) is ResponseError:
+        return str(exc).split(" ", 1)[0]
+    return None
 
 
 def refused(exc: BaseException) -> bool:
     """Whether ``exc`` is an error reply by which the server refused to run the command."""
-    return isinstance(exc, _REFUSALS) or _busy(exc)
+    return isinstance(exc, _REFUSALS) or _code(exc) in _UNCLASSED
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,11 +179,11 @@ class ScriptRunner:
 
     def transient(self, exc: BaseException) -> bool:
         """Whether ``exc`` is an error that a later send may not get (retried here)."""
-        return isinstance(exc, self._transient) or _busy(exc)
+        return isinstance(exc, self._transient) or _code(exc) in _UNCLASSED
 
     def passing(self, exc: BaseException) -> bool:
         """Whether ``exc`` refused a command for a server state that passes by itself."""
-        return isinstance(exc, self._passing) or _busy(exc)
+        return isinstance(exc, self._passing) or _code(exc) in _UNCLASSED
 
     def shard(self, key: str) -> int:
         """Keys of one shard may share a multi-key command (one cluster slot)."""

@@ -45,8 +45,10 @@ def tryagains(cluster: ClusterHandle) -> int:
     """How many TRYAGAIN replies the primaries have given so far."""
     total = 0
     for node in cluster.primaries():
-        stats = node.call("INFO", "errorstats")
-        total += int(stats.get("errorstat_TRYAGAIN", {}).get("count", 0))
+        stat = node.call("INFO", "errorstats").get("errorstat_TRYAGAIN", {})
+        if isinstance(stat, str):  # redis-py before 5.1 leaves it "count=N"
+            stat = dict(part.split("=") for part in stat.split(","))
+        total += int(stat.get("count", 0))
     return total
 
 

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, RedisError, ResponseError, TryAgainError
+from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from aiolock._resp import error_reply
@@ -560,7 +560,10 @@ async def test_refuse_answers_with_the_error_and_never_forwards(
     refuse = proxy.refuse(command("SET", name), code)
     with pytest.raises(ResponseError if code == "BUSY" else RedisError) as caught:
         await redis.set(name, "v")
-    assert type(caught.value) is type(error_reply(REFUSALS[code]))
+    # As redis-py classes it: by its first word from 5.1 on; before, TRYAGAIN, CLUSTERDOWN
+    # and MASTERDOWN only in its cluster client (here a plain ResponseError, whole text).
+    assert type(caught.value) in {type(error_reply(REFUSALS[code])), ResponseError}
+    assert REFUSALS[code].endswith(str(caught.value))
     assert refuse.answered.is_set()
     assert refuse.count == 1
     assert not refuse.forwarded.is_set()
@@ -579,7 +582,7 @@ async def test_refuse_times_then_forwards(
     redis = connect()
     refuse = proxy.refuse(command("INCRBY", name), "TRYAGAIN", times=2)
     for _ in range(2):
-        with pytest.raises(TryAgainError):
+        with pytest.raises(ResponseError, match="rehashing"):  # TryAgainError from 5.1 on
             await redis.incr(name)
     assert not refuse.active
     assert await redis.incr(name) == 1

@@ -333,7 +333,9 @@ async def test_a_forked_child_is_refused_every_call(
             warnings.simplefilter("always")
             client.__del__()
             for wire in list(_wire._open_wires):
-                wire._conn.__del__()
+                collect = getattr(wire._conn, "__del__", None)  # redis-py 5.1 on has one
+                if collect is not None:
+                    collect()
         if caught:
             wrong["__del__"] = str(caught[0].message)
         return wrong

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 import traceback
 import uuid
 import weakref
@@ -19,6 +20,18 @@ from aiolock.testing import ServerHandle, redis_server
 
 from .faultproxy import FaultProxy
 from .topologies import ClusterHandle, redis_cluster
+
+# CPython before 3.11.8 and 3.12.2 (gh-106905): the ast module's recursion counter is
+# shared, and an ast.parse() entered again while one runs (a garbage collection inside it
+# that finalizes a task whose error nobody read: asyncio logs it, and the traceback module
+# parses each source line with ast to place its carets) corrupts it; every later
+# ast.parse() of the process then fails with "AST constructor recursion depth mismatch",
+# and pytest cannot rewrite a module or format a failure any more (an INTERNALERROR that
+# ends the run). Tracebacks here go without the carets on those versions.
+if sys.version_info < (3, 11, 8) or (3, 12) <= sys.version_info < (3, 12, 2):
+    traceback._extract_caret_anchors_from_line_segment = (  # type: ignore[attr-defined]
+        lambda segment: None
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

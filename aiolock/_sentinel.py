@@ -200,6 +200,10 @@ class SentinelWatch:
                 try:
                     self._ended = loop.create_future()
                     wire = await open_wire(make_connection, self, pushes=True)
+                    if self._closed_now():
+                        # Closed while it connected (on 3.11 redis-py's connect() can
+                        # swallow the cancel that aclose() sent): use it for nothing.
+                        return
                     self._wire = wire
                     wire.write(_SUBSCRIBE)
                     await self._listen(wire)
@@ -218,7 +222,7 @@ class SentinelWatch:
         ended = self._ended
         assert ended is not None
         self._heard = True
-        while not ended.done():
+        while not ended.done() and not self.closed:
             if not self._heard:
                 wire.close()
                 return
@@ -251,6 +255,8 @@ class SentinelWatch:
         """
         count = len(self._sentinels)
         for step in range(count):
+            if self._closed_now():
+                return None  # aclose() closes the transports it finds: open no new one
             index = (self._poll_from + step) % count
             transport = self._polls.get(index)
             if transport is None:

@@ -89,7 +89,8 @@ def _print_json(data: Any) -> None:
 
 
 def _console() -> Console:
-    return Console(highlight=False)
+    # Names are shown as they are: no [markup], :emoji: or highlighting in them.
+    return Console(highlight=False, markup=False, emoji=False)
 
 
 def _missing(name: str) -> Failure:

@@ -15,13 +15,19 @@ from urllib.parse import unquote, urlsplit
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
 
 __all__ = ("BadUrlError", "connected")
 
-# A command line tool must not hang on an unreachable host; the URL's own
-# socket_connect_timeout / socket_timeout query options win over these.
-_DEFAULTS: dict[str, Any] = {"socket_connect_timeout": 5.0, "socket_timeout": 10.0}
+# A command line tool must not hang on an unreachable host, nor retry a refused connection
+# with back-off: it says so at once. The URL's own query options win over these.
+_DEFAULTS: dict[str, Any] = {
+    "socket_connect_timeout": 5.0,
+    "socket_timeout": 10.0,
+    "retry": Retry(NoBackoff(), 0),
+}
 
 
 class BadUrlError(ValueError):

@@ -382,6 +382,8 @@ class Inspector:
         """The keys matching ``pattern`` (every primary of a cluster), at most ``budget``
         looked at; and whether the scan stopped short."""
         if isinstance(self._redis, RedisCluster):
+            # The node table is filled by the first command: make sure it has been.
+            await self._redis.initialize()
             nodes: list[Any] = list(self._redis.get_primaries())
         else:
             nodes = [None]
@@ -396,7 +398,9 @@ class Inspector:
                 else:
                     assert isinstance(self._redis, RedisCluster)
                     reply = await self._redis.execute_command(*args, target_nodes=node)
-                cursor = int(reply[0])
+                # redis-py's cluster client merges SCAN replies per node: {node: cursor}.
+                head = reply[0]
+                cursor = int(next(iter(head.values())) if isinstance(head, dict) else head)
                 batch = [_text(k) for k in reply[1]]
                 keys.extend(batch)
                 seen += len(batch)

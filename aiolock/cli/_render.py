@@ -8,6 +8,8 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ._inspect import NOT_LOCKS
+
 __all__ = ("object_view", "objects_table", "seconds")
 
 
@@ -43,7 +45,7 @@ def _summary(info: dict[str, Any]) -> Table:
             table.add_row(label, "-" if info[field] is None else str(info[field]))
     if info["kind"] == "semaphore_or_latch":
         table.add_row("note", "nobody waits on it: a semaphore's permits or a latch's count")
-    if info["kind"] not in ("semaphore", "count_down_latch", "semaphore_or_latch"):
+    if info["kind"] not in NOT_LOCKS:
         table.add_row("holders", str(len(info["holders"])))
     table.add_row("lease left", seconds(info["lease_left"]))
     if info["queue"]:

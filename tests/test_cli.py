@@ -132,7 +132,11 @@ async def test_inspect_and_list_read_both_layouts(
     fair = f"{base}:fair"
     assert await java_fair_acquire(raw, fair, f"{JAVA}:57") is None
     tasks.append(asyncio.create_task(b.fair_lock(fair).lock()))
-    await wait_until(lambda: raw.llen(f"redisson_lock_queue:{{{fair}}}"), limit=LIMIT)
+
+    async def queued() -> bool:
+        return bool(await raw.llen(f"redisson_lock_queue:{{{fair}}}"))
+
+    await wait_until(queued, limit=LIMIT)
     assert await java_fair_acquire(raw, fair, f"{JAVA}:58") > 0
 
     async def subscribed() -> bool:
@@ -153,7 +157,8 @@ async def test_inspect_and_list_read_both_layouts(
     assert listing["truncated"] is False
     found = by_name(listing)
     assert set(found) == {
-        f"{base}:{n}" for n in ("lock", "fenced", "rw", "frw", "latch", "psem", "sem", "java", "fair")
+        f"{base}:{n}"
+        for n in ("lock", "fenced", "rw", "frw", "latch", "psem", "sem", "java", "fair")
     }
 
     held = found[f"{base}:lock"]
@@ -192,9 +197,7 @@ async def test_inspect_and_list_read_both_layouts(
     assert frw["kind"] == "fair_read_write_lock"
     assert frw["mode"] == "write"
     assert [(h["client"], h["side"]) for h in frw["holders"]] == [(a.id, "write")]
-    assert [(w["position"], w["client"], w["side"]) for w in frw["queue"]] == [
-        (1, b.id, "read")
-    ]
+    assert [(w["position"], w["client"], w["side"]) for w in frw["queue"]] == [(1, b.id, "read")]
     assert frw["waiters_subscribed"] == 1
 
     latch = found[f"{base}:latch"]

@@ -50,9 +50,7 @@ def _connection_options(command: F) -> F:
     """The options every command takes to reach Redis, and ``--json``."""
     for option in reversed(
         (
-            click.option(
-                "--cluster", is_flag=True, help="URL names a node of a Redis Cluster."
-            ),
+            click.option("--cluster", is_flag=True, help="URL names a node of a Redis Cluster."),
             click.option(
                 "--sentinel",
                 metavar="PRIMARY",
@@ -110,12 +108,12 @@ def cli() -> None:
     """
 
 
-@cli.command()
+@cli.command(short_help="Show one object: kind, holders, leases, queue, waiters.")
 @click.argument("url")
 @click.argument("name")
 @_connection_options
 def inspect(
-    url: str, name: str, cluster: bool, sentinel: str | None, key_prefix: str, as_json: bool
+    *, url: str, name: str, cluster: bool, sentinel: str | None, key_prefix: str, as_json: bool
 ) -> None:
     """Show one object: kind, holders, lease left, queue, waiters, permits, token."""
 
@@ -133,7 +131,7 @@ def inspect(
     sys.exit(_run(body))
 
 
-@cli.command(name="list")
+@cli.command(name="list", short_help="List the lock-like objects matching PATTERN.")
 @click.argument("url")
 @click.argument("pattern", default="*")
 @_connection_options
@@ -152,6 +150,7 @@ def inspect(
     help="Look at most at this many keys (per pattern).",
 )
 def list_(
+    *,
     url: str,
     pattern: str,
     cluster: bool,
@@ -199,12 +198,13 @@ async def _force(client: Client, name: str, info: dict[str, Any]) -> bool:
     return await client.lock(name).force_unlock()
 
 
-@cli.command(name="force-unlock")
+@cli.command(name="force-unlock", short_help="Delete a lock and wake its waiters (asks first).")
 @click.argument("url")
 @click.argument("name")
 @_connection_options
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (required without a terminal).")
 def force_unlock(
+    *,
     url: str,
     name: str,
     cluster: bool,
@@ -226,9 +226,7 @@ def force_unlock(
             if info is None:
                 raise _missing(name)
             if info["kind"] in NOT_LOCKS:
-                raise Failure(
-                    f"{name!r} is a {KINDS[info['kind']]}: it has no holder to unlock", 2
-                )
+                raise Failure(f"{name!r} is a {KINDS[info['kind']]}: it has no holder to unlock", 2)
             if not yes:
                 _console().print(object_view(info))
                 if not click.confirm(f"Force-unlock {name!r}?", default=False):
@@ -249,7 +247,7 @@ def force_unlock(
     sys.exit(_run(body))
 
 
-@cli.command()
+@cli.command(short_help="Inspect NAME live until Ctrl-C.")
 @click.argument("url")
 @click.argument("name")
 @_connection_options
@@ -261,6 +259,7 @@ def force_unlock(
     help="Seconds between refreshes (at least 0.1).",
 )
 def watch(
+    *,
     url: str,
     name: str,
     cluster: bool,
@@ -309,7 +308,8 @@ def main(argv: list[str] | None = None) -> NoReturn:
         click.echo(f"aiolock: {exc}", err=True)
         sys.exit(exc.code)
     except click.exceptions.NoArgsIsHelpError as exc:
-        click.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        # ``aiolock`` alone: the help, as a usage error.
+        click.echo(exc.ctx.get_help())
         sys.exit(2)
     except click.ClickException as exc:
         click.echo(f"aiolock: {exc.format_message()}", err=True)

@@ -119,6 +119,11 @@ def _seconds(ms: int | None) -> float | None:
     return None if ms is None or ms < 0 else round(ms / 1000, 3)
 
 
+def _until(at_ms: float | None, now_ms: float) -> float | None:
+    """Seconds from ``now_ms`` to the epoch-ms moment ``at_ms`` (None stays None)."""
+    return None if at_ms is None else round((at_ms - now_ms) / 1000, 3)
+
+
 def _unwrap(rest: str) -> str:
     """The name inside a derived key's ``{name}`` part (prefix or suffix form)."""
     if rest.startswith("{") and rest.endswith("}") and rest.count("{") == 1:
@@ -154,8 +159,10 @@ class Inspector:
         return int(seconds) * 1000 + int(micros) // 1000
 
     async def subscribers(self, channel: str) -> int:
-        """Clients subscribed to ``channel``: sharded on a cluster, as aiolock and Redisson
-        subscribe there; plain on one server."""
+        """Clients subscribed to ``channel``.
+
+        Sharded on a cluster, as aiolock and Redisson subscribe there; plain on one server.
+        """
         if isinstance(self._redis, RedisCluster):
             node = self._redis.get_node_from_key(channel)
             reply = await self._redis.execute_command(
@@ -172,42 +179,50 @@ class Inspector:
         key = self._prefix + name
         kind = _text(await self._do("TYPE", key))
         if kind == "hash":
-            if await self._do("HEXISTS", key, "mode"):
-                return "read_write_lock"
-            if await self._exists(fair_queue_key(key)) or await self._exists(
-                fair_timeout_key(key)
-            ):
-                return "fair_lock"
-            if await self._exists(fenced_token_key(key)):
-                return "fenced_lock"
-            return "lock"
+            return await self._hash_kind(key)
         if kind == "string":
             if _int(await self._do("GET", key)) is None:
                 raise UnknownKindError(f"{name!r} holds a string that is not a count")
-            if await self._exists(suffixed(key, "timeout")):
-                return "permit_expirable_semaphore"
-            latch = await self.subscribers(latch_channel(key))
-            semaphore = await self.subscribers(semaphore_channel(key))
-            if latch and not semaphore:
-                return "count_down_latch"
-            if semaphore and not latch:
-                return "semaphore"
-            return "semaphore_or_latch"
+            return await self._string_kind(key)
         if kind != "none":
             raise UnknownKindError(
                 f"{name!r} is a Redis {kind}, not an object aiolock or Redisson recognises"
             )
-        # No main key: an object of aiolock's own layout, or one with waiters and no holder.
-        if await self._exists(prefixed("aiolock_frw", key)) or await self._exists(
-            prefixed("aiolock_frw_queue", key)
-        ):
-            return "fair_read_write_lock"
-        if await self._exists(fair_queue_key(key)):
+        return await self._keyless_kind(key)
+
+    async def _hash_kind(self, key: str) -> str:
+        if await self._do("HEXISTS", key, "mode"):
+            return "read_write_lock"
+        if await self._exists(fair_queue_key(key)) or await self._exists(fair_timeout_key(key)):
             return "fair_lock"
-        if await self._exists(suffixed(key, "timeout")):
-            return "permit_expirable_semaphore"
         if await self._exists(fenced_token_key(key)):
             return "fenced_lock"
+        return "lock"
+
+    async def _string_kind(self, key: str) -> str:
+        if await self._exists(suffixed(key, "timeout")):
+            return "permit_expirable_semaphore"
+        # A semaphore and a latch store the same integer: only their waiters tell them apart.
+        latch = await self.subscribers(latch_channel(key))
+        semaphore = await self.subscribers(semaphore_channel(key))
+        if latch and not semaphore:
+            return "count_down_latch"
+        if semaphore and not latch:
+            return "semaphore"
+        return "semaphore_or_latch"
+
+    async def _keyless_kind(self, key: str) -> str | None:
+        """No main key: an object of aiolock's own layout, or one with waiters only."""
+        checks = (
+            (prefixed("aiolock_frw", key), "fair_read_write_lock"),
+            (prefixed("aiolock_frw_queue", key), "fair_read_write_lock"),
+            (fair_queue_key(key), "fair_lock"),
+            (suffixed(key, "timeout"), "permit_expirable_semaphore"),
+            (fenced_token_key(key), "fenced_lock"),
+        )
+        for aux, kind in checks:
+            if await self._exists(aux):
+                return kind
         return None
 
     async def inspect(self, name: str) -> dict[str, Any] | None:
@@ -265,7 +280,7 @@ class Inspector:
                     "position": position,
                     **decode_holder(waiter),
                     "timeout_at_ms": None if deadline is None else int(deadline),
-                    "timeout_in": None if deadline is None else round((deadline - now_ms) / 1000, 3),
+                    "timeout_in": _until(deadline, now_ms),
                     "subscribed": subscribed,
                 }
             )
@@ -277,10 +292,8 @@ class Inspector:
         fields = await self._hash_holders(key, info)
         info["mode"] = fields.pop("mode", None)
         for field, count in fields.items():
-            holder, write = (field[: -len(":write")], True) if field.endswith(":write") else (
-                field,
-                False,
-            )
+            write = field.endswith(":write")
+            holder = field.removesuffix(":write")
             entry = {**decode_holder(holder), "side": "write" if write else "read"}
             entry["count"] = _int(count)
             entry["lease_left"] = info["lease_left"]
@@ -315,7 +328,7 @@ class Inspector:
                     **decode_holder(holder),
                     "side": sides.get(side, side),
                     "count": _int(count),
-                    "lease_left": None if score is None else round((float(score) - now_ms) / 1000, 3),
+                    "lease_left": _until(None if score is None else float(score), now_ms),
                 }
             )
         queue = prefixed("aiolock_frw_queue", key)
@@ -329,7 +342,7 @@ class Inspector:
                     **decode_holder(holder),
                     "side": sides.get(side, side),
                     "timeout_at_ms": None if score is None else int(float(score)),
-                    "timeout_in": None if score is None else round((float(score) - now_ms) / 1000, 3),
+                    "timeout_in": _until(None if score is None else float(score), now_ms),
                 }
             )
         info["channel"] = prefixed("aiolock_frw__channel", key)
@@ -379,8 +392,10 @@ class Inspector:
     # -- many objects -------------------------------------------------------------------------
 
     async def _scan_keys(self, pattern: str, budget: int) -> tuple[list[str], bool]:
-        """The keys matching ``pattern`` (every primary of a cluster), at most ``budget``
-        looked at; and whether the scan stopped short."""
+        """The keys matching ``pattern`` (every primary of a cluster); and whether cut short.
+
+        At most ``budget`` keys are looked at.
+        """
         if isinstance(self._redis, RedisCluster):
             # The node table is filled by the first command: make sure it has been.
             await self._redis.initialize()

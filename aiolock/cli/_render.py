@@ -138,7 +138,11 @@ def objects_table(found: list[dict[str, Any]], *, truncated: bool) -> Renderable
         # A fair lock's waiters are in its queue even while they are between subscriptions.
         waiting = max(info["waiters_subscribed"], len(info["queue"]))
         table.add_row(
-            info["name"], info["kind_text"], holders or "-", seconds(info["lease_left"]), str(waiting)
+            info["name"],
+            info["kind_text"],
+            holders or "-",
+            seconds(info["lease_left"]),
+            str(waiting),
         )
     if not truncated:
         return table

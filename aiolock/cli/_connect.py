@@ -101,7 +101,7 @@ def _sentinel_primary(url: str, primary: str, sentinels: list[Redis]) -> Redis:
     if parts.scheme == "rediss":
         options["ssl"] = True
     group = Sentinel(  # type: ignore[no-untyped-call]
-        addresses, sentinel_kwargs=dict(_DEFAULTS, ssl=parts.scheme == "rediss")
+        addresses, sentinel_kwargs={"socket_connect_timeout": 5.0, "ssl": parts.scheme == "rediss"}
     )
     sentinels.extend(group.sentinels)
     redis: Redis = group.master_for(primary, **options)

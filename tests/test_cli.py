@@ -1,0 +1,396 @@
+"""The ``aiolock`` command line, run as a subprocess against real servers.
+
+Objects are held by aiolock and by Redisson's own scripts (the "Java" side of the interop
+tests): the CLI must read both layouts, decode both kinds of holder ids, and wake another
+client's waiter when it force-unlocks. Each subprocess costs ~0.4 s, so one call checks
+many objects (``list --json`` returns what ``inspect`` shows of each).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from redis.asyncio import Redis
+
+import aiolock
+
+from .clusters import assert_nothing_left, names_on_every_primary
+from .helpers import wait_until
+from .test_fair_lock import JAVA_FAIR_ACQUIRE
+from .test_lock import JAVA_ACQUIRE
+from .topologies import ClusterHandle
+
+ClientFactory = Callable[..., aiolock.Client]
+# Safety net only: every wait ends on an event or on Redis state.
+LIMIT = 20.0
+# A Java client's id and thread id: holder id "<uuid>:<threadId>".
+JAVA = "6f1c1a0e-5d2b-4c1e-9a57-0b8a8b7c2d10"
+W_DEFAULT = 300_000
+
+
+@dataclass
+class Run:
+    code: int
+    out: str
+    err: str
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+async def aiolock_cli(*args: str) -> Run:
+    """``python -m aiolock ARGS`` with no terminal on stdin."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "aiolock",
+        *args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin", "PYTHONWARNINGS": "error"},
+    )
+    async with asyncio.timeout(LIMIT):
+        out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return Run(proc.returncode, out.decode(), err.decode())
+
+
+def assert_one_line_error(run: Run, code: int, *words: str) -> None:
+    assert run.code == code, run
+    assert run.out == ""
+    assert run.err.count("\n") == 1, run.err
+    assert run.err.startswith("aiolock: ")
+    assert "Traceback" not in run.err
+    for word in words:
+        assert word in run.err, run.err
+
+
+def by_name(listing: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {info["name"]: info for info in listing["objects"]}
+
+
+async def java_fair_acquire(raw: Redis, name: str, holder: str) -> Any:
+    keys = (name, f"redisson_lock_queue:{{{name}}}", f"redisson_lock_timeout:{{{name}}}")
+    now = int(time.time() * 1000)
+    return await raw.eval(JAVA_FAIR_ACQUIRE, 3, *keys, 30_000, holder, W_DEFAULT, now)
+
+
+@pytest.fixture
+async def tasks() -> AsyncIterator[list[asyncio.Task[Any]]]:
+    """Waiters a test leaves waiting: cancelled at its end, before its clients close."""
+    made: list[asyncio.Task[Any]] = []
+    yield made
+    for task in made:
+        task.cancel()
+    await asyncio.gather(*made, return_exceptions=True)
+
+
+async def test_inspect_and_list_read_both_layouts(
+    make_client: ClientFactory,
+    raw: Redis,
+    redis_url: str,
+    uid: str,
+    tasks: list[asyncio.Task[Any]],
+) -> None:
+    a, b = make_client(), make_client()
+    base = f"cli:{uid}"
+    # aiolock: a reentrant lock held twice with a waiter of another client, a fenced
+    # lock, a read-write lock, its own fair read-write lock with a queued reader, a
+    # latch with a waiter, a permit-expirable semaphore with a leased permit, and a
+    # semaphore nobody waits on.
+    lock = a.lock(f"{base}:lock")
+    await lock.lock()
+    await lock.lock()
+    tasks.append(asyncio.create_task(b.lock(f"{base}:lock").lock()))
+    fenced_lock = a.fenced_lock(f"{base}:fenced")
+    token = await fenced_lock.lock_and_get_token()
+    read = a.read_write_lock(f"{base}:rw", owner="reader").read_lock()
+    await read.lock()
+    write = a.fair_read_write_lock(f"{base}:frw").write_lock()
+    await write.lock()
+    tasks.append(asyncio.create_task(b.fair_read_write_lock(f"{base}:frw").read_lock().lock()))
+    await a.count_down_latch(f"{base}:latch").try_set_count(2)
+    tasks.append(asyncio.create_task(b.count_down_latch(f"{base}:latch").wait()))
+    psem = a.permit_expirable_semaphore(f"{base}:psem")
+    await psem.try_set_permits(2)
+    permit = await psem.acquire(lease=60)
+    await a.semaphore(f"{base}:sem").try_set_permits(3)
+    # Java: a lock held by thread 57, and a fair lock held by thread 57 with an aiolock
+    # waiter queued first and a Java waiter (thread 58) second.
+    assert await raw.eval(JAVA_ACQUIRE, 1, f"{base}:java", 30_000, f"{JAVA}:57") is None
+    fair = f"{base}:fair"
+    assert await java_fair_acquire(raw, fair, f"{JAVA}:57") is None
+    tasks.append(asyncio.create_task(b.fair_lock(fair).lock()))
+
+    async def queued() -> bool:
+        return bool(await raw.llen(f"redisson_lock_queue:{{{fair}}}"))
+
+    await wait_until(queued, limit=LIMIT)
+    assert await java_fair_acquire(raw, fair, f"{JAVA}:58") > 0
+
+    async def subscribed() -> bool:
+        counts = dict(
+            await raw.pubsub_numsub(
+                f"redisson_lock__channel:{{{base}:lock}}",
+                f"aiolock_frw__channel:{{{base}:frw}}",
+                f"redisson_countdownlatch__channel__{{{base}:latch}}",
+            )
+        )
+        return all(counts.values())
+
+    await wait_until(subscribed, limit=LIMIT)
+
+    run = await aiolock_cli("list", redis_url, f"{base}:*", "--json")
+    assert run.code == 0, run
+    listing = run.json()
+    assert listing["truncated"] is False
+    found = by_name(listing)
+    assert set(found) == {
+        f"{base}:{n}"
+        for n in ("lock", "fenced", "rw", "frw", "latch", "psem", "sem", "java", "fair")
+    }
+
+    held = found[f"{base}:lock"]
+    assert held["kind"] == "lock"
+    [holder] = held["holders"]
+    assert holder["client"] == a.id
+    assert holder["count"] == 2
+    assert 0 < holder["lease_left"] <= 30
+    assert held["waiters_subscribed"] == 1
+
+    java = found[f"{base}:java"]
+    assert java["kind"] == "lock"
+    assert java["holders"] == [
+        {
+            "id": f"{JAVA}:57",
+            "client": JAVA,
+            "thread": 57,
+            "owner": None,
+            "count": 1,
+            "lease_left": java["lease_left"],
+        }
+    ]
+
+    fenced = found[f"{base}:fenced"]
+    assert fenced["kind"] == "fenced_lock"
+    assert fenced["fencing_token"] == token
+
+    rw = found[f"{base}:rw"]
+    assert rw["kind"] == "read_write_lock"
+    assert rw["mode"] == "read"
+    [reader] = rw["holders"]
+    assert (reader["client"], reader["owner"], reader["side"]) == (a.id, "reader", "read")
+    assert 0 < reader["lease_left"] <= 30
+
+    frw = found[f"{base}:frw"]
+    assert frw["kind"] == "fair_read_write_lock"
+    assert frw["mode"] == "write"
+    assert [(h["client"], h["side"]) for h in frw["holders"]] == [(a.id, "write")]
+    assert [(w["position"], w["client"], w["side"]) for w in frw["queue"]] == [(1, b.id, "read")]
+    assert frw["waiters_subscribed"] == 1
+
+    latch = found[f"{base}:latch"]
+    assert (latch["kind"], latch["count"], latch["waiters_subscribed"]) == (
+        "count_down_latch",
+        2,
+        1,
+    )
+
+    sem = found[f"{base}:psem"]
+    assert (sem["kind"], sem["permits"]) == ("permit_expirable_semaphore", 1)
+    [taken] = sem["acquired"]
+    assert taken["permit_id"] == permit
+    assert 0 < taken["expires_in"] <= 60
+
+    # A semaphore nobody waits on stores what a latch stores: both readings are given.
+    plain = found[f"{base}:sem"]
+    assert (plain["kind"], plain["permits"], plain["count"]) == ("semaphore_or_latch", 3, 3)
+
+    fair_info = found[fair]
+    assert fair_info["kind"] == "fair_lock"
+    assert [(h["client"], h["thread"]) for h in fair_info["holders"]] == [(JAVA, 57)]
+    queue = fair_info["queue"]
+    assert [(w["position"], w["client"]) for w in queue] == [(1, b.id), (2, JAVA)]
+    assert queue[1]["thread"] == 58
+    # The aiolock waiter listens on its own channel; the Java "waiter" is only a script.
+    assert [w["subscribed"] for w in queue] == [1, 0]
+    assert all(0 < w["timeout_in"] <= 2 * W_DEFAULT / 1000 + 30 for w in queue)
+
+    # The same through inspect, as a person reads it.
+    run = await aiolock_cli("inspect", redis_url, fair)
+    assert run.code == 0, run
+    for text in ("fair lock", JAVA, "57", "58", b.id, "queue", "waiters subscribed"):
+        assert text in run.out, run.out
+
+    assert_one_line_error(
+        await aiolock_cli("inspect", redis_url, f"{base}:missing"), 1, "does not exist"
+    )
+
+    # Clean up what the Java side and the semaphores left.
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    tasks.clear()
+    await raw.delete(
+        f"{base}:java",
+        fair,
+        f"redisson_lock_queue:{{{fair}}}",
+        f"redisson_lock_timeout:{{{fair}}}",
+        f"{base}:sem",
+        f"{base}:latch",
+    )
+    await psem.release(permit)
+    await raw.delete(f"{base}:psem", f"{{{base}:psem}}:timeout")
+    for held_lock in (lock, lock, fenced_lock, read, write):
+        await held_lock.unlock()
+
+
+async def test_force_unlock_asks_and_wakes_another_clients_waiter(
+    make_client: ClientFactory, raw: Redis, redis_url: str, name: str
+) -> None:
+    # Held by a Java thread; an aiolock client waits for it.
+    assert await raw.eval(JAVA_ACQUIRE, 1, name, 30_000, f"{JAVA}:7") is None
+    waiter = make_client().lock(name)
+
+    async def hold_once() -> None:
+        async with waiter:
+            pass
+
+    task = asyncio.create_task(hold_once())
+    await wait_until(lambda: waiter.statistics().tasks_waiting == 1, limit=LIMIT)
+
+    # No terminal to ask on, no --yes: refused, and the lock is untouched.
+    assert_one_line_error(await aiolock_cli("force-unlock", redis_url, name), 2, "--yes")
+    assert await raw.hget(name, f"{JAVA}:7") == "1"
+
+    run = await aiolock_cli("force-unlock", redis_url, name, "--yes", "--json")
+    assert run.code == 0, run
+    assert run.json() == {"name": name, "kind": "lock", "unlocked": True}
+    # Redisson's forceUnlock published 0: the waiter takes the lock (and lets it go).
+    async with asyncio.timeout(LIMIT):
+        await task
+
+    # Nothing left to unlock: exit 1, one line.
+    assert_one_line_error(
+        await aiolock_cli("force-unlock", redis_url, name, "--yes"), 1, "does not exist"
+    )
+
+
+async def test_watch_refreshes_until_interrupted(
+    make_client: ClientFactory, redis_url: str, name: str
+) -> None:
+    lock = make_client().lock(name)
+    await lock.lock()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "aiolock",
+        "watch",
+        redis_url,
+        name,
+        "--json",
+        "--interval",
+        "0.1",
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    async with asyncio.timeout(LIMIT):
+        first = json.loads(await proc.stdout.readline())
+        second = json.loads(await proc.stdout.readline())
+    assert first["object"]["holders"][0]["count"] == 1
+    assert second["at"] > first["at"]
+    proc.send_signal(signal.SIGINT)
+    async with asyncio.timeout(LIMIT):
+        _, err = await proc.communicate()
+    assert proc.returncode == 0
+    assert err == b""
+    await lock.unlock()
+
+
+async def test_errors_are_one_line(raw: Redis, redis_url: str, name: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # Nothing listens there once the socket is closed.
+    assert_one_line_error(
+        await aiolock_cli("inspect", f"redis://127.0.0.1:{port}", "x"), 3, str(port)
+    )
+    assert_one_line_error(await aiolock_cli("list", "http://localhost"), 2, "redis://")
+    await raw.set(name, "not a count")
+    try:
+        assert_one_line_error(await aiolock_cli("inspect", redis_url, name), 2, "unknown kind")
+    finally:
+        await raw.delete(name)
+
+
+def test_importing_aiolock_imports_neither_click_nor_rich() -> None:
+    code = "import sys, aiolock; print(sorted({'click', 'rich'} & set(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]", out.stdout
+
+
+@pytest.fixture
+async def cluster_client(
+    cluster: ClusterHandle, uid: str
+) -> AsyncIterator[Callable[[], aiolock.Client]]:
+    clients: list[aiolock.Client] = []
+
+    def make() -> aiolock.Client:
+        client = aiolock.Client.from_url(cluster.url, cluster=True)
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+    await assert_nothing_left(cluster, uid)
+
+
+async def test_cluster_list_and_force_unlock(
+    cluster: ClusterHandle, cluster_client: Callable[[], aiolock.Client], uid: str
+) -> None:
+    holder, other = cluster_client(), cluster_client()
+    names = names_on_every_primary(cluster, uid)
+    for name in names:
+        await holder.lock(name).lock()
+    waiter = other.lock(names[0])
+
+    async def hold_once() -> None:
+        async with waiter:
+            pass
+
+    task = asyncio.create_task(hold_once())
+    await wait_until(lambda: waiter.statistics().tasks_waiting == 1, limit=LIMIT)
+
+    async def listed() -> dict[str, dict[str, Any]]:
+        run = await aiolock_cli("list", cluster.url, f"test:{uid}:*", "--cluster", "--json")
+        assert run.code == 0, run
+        return by_name(run.json())
+
+    # Every primary is scanned; the waiter's sharded subscription is counted.
+    found = await listed()
+    assert set(found) == set(names)
+    assert all(info["holders"][0]["client"] == holder.id for info in found.values())
+    assert found[names[0]]["waiters_subscribed"] == 1
+
+    run = await aiolock_cli("force-unlock", cluster.url, names[0], "--cluster", "--yes")
+    assert run.code == 0, run
+    async with asyncio.timeout(LIMIT):
+        await task
+    for name in names[1:]:
+        await holder.lock(name).unlock()

@@ -796,6 +796,7 @@ class Engine:
             now = monotonic()
             if not reentrant:
                 hold.began = now
+                hold.began_as = p.lock_kind
                 hold.slow_logged = False
             self.events.acquired(
                 p.lock_kind, p.name, call.holder, now - call.started, reentrant=reentrant

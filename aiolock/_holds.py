@@ -21,6 +21,8 @@ from ._events import Emitter
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from .events import Kind
+
 __all__ = ("Hold", "HoldRegistry")
 
 # Past this many holds of ended tasks remembered, those whose lease ran out are forgotten.
@@ -70,6 +72,9 @@ class Hold:
     # event); None: begun otherwise (holds found on the server, say), and its end is not
     # announced either: every ``Released`` or ``Lost`` matches one ``Acquired``.
     began: float | None = None
+    # The lock kind that began it (the events' ``kind``): one hold may be re-entered through
+    # handles of other kinds on the same key (a lock and a spin lock share the layout).
+    began_as: Kind = "lock"
     # Logged as held past slow_hold already (by the renewal round): its release says so
     # at INFO only.
     slow_logged: bool = False
@@ -214,7 +219,7 @@ class HoldRegistry:
             began = hold.began
             if began is not None and hold.lost is None:
                 self.events.released(
-                    hold.primitive.lock_kind,
+                    hold.began_as,
                     hold.name,
                     hold.holder,
                     monotonic() - began,
@@ -267,9 +272,7 @@ class HoldRegistry:
     def _ended_unreleased(self, hold: Hold, how: str) -> None:
         began = hold.began
         if began is not None:
-            self.events.lost(
-                hold.primitive.lock_kind, hold.name, hold.holder, monotonic() - began, how
-            )
+            self.events.lost(hold.began_as, hold.name, hold.holder, monotonic() - began, how)
             hold.began = None  # announced once
 
     def mark_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:

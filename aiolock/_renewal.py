@@ -329,7 +329,7 @@ class RenewalService:
             began = hold.began
             if began is not None and not hold.slow_logged and now - began > limit:
                 hold.slow_logged = True
-                events.held_long(hold.primitive.lock_kind, hold.name, hold.holder, now - began)
+                events.held_long(hold.began_as, hold.name, hold.holder, now - began)
 
     def _rounds_answered(self, rounds: list[_Round], done: list[asyncio.Task[bool]]) -> None:
         """Count the shares back in ``done``; a round whose last share is back ends."""

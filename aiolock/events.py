@@ -136,7 +136,9 @@ class Lost:
 class RenewalRound:
     """The watchdog renewed the client's watchdog-held leases (every ``watchdog_timeout/3``).
 
-    Emitted once per round, when the last server's share of it has answered (or failed).
+    Emitted once per round, when the last server's share of it has answered (or failed);
+    also for a round run at once (a guarded hold or a leader renews on a message on its
+    lock's channel, to find a forced unlock early).
     ``servers``: how many servers the round went to; ``holds``: how many holds it renewed;
     ``duration``: seconds from the round's start to its last answer; ``failed``: how many
     servers' shares failed (not answered, or an error): their holds are retried a quarter

@@ -12,6 +12,7 @@ from redis.asyncio.client import PubSub
 
 import aiolock
 from aiolock._scripts import load_script
+from aiolock.events import Acquired, Event, Lost, Released
 
 
 async def wait_until(
@@ -202,3 +203,44 @@ async def subscribe_confirmed(pubsub: PubSub, *channels: str) -> None:
         await wait_until(counted, what=f"subscribed to {channels}")
     finally:
         await reader.aclose()
+
+
+class EventLedger:
+    """A listener that checks the event stream's holds balance (``aiolock.events``).
+
+    Every ``Released`` or ``Lost`` ends a hold that an ``Acquired`` (not reentrant) began,
+    once: per (kind, name, holder) the count of open holds never goes below 0 nor above 1;
+    once everything is released, none is open (what a metric of holds held relies on).
+    """
+
+    def __init__(self, *clients: aiolock.Client) -> None:
+        self.open: dict[tuple[str, str, str], int] = {}
+        self.faults: list[str] = []
+        self.events = 0
+        for client in clients:
+            client.add_listener(self)
+
+    def __call__(self, event: Event) -> None:
+        self.events += 1
+        if isinstance(event, Acquired):
+            if event.reentrant:
+                return
+            delta = 1
+            key = (event.kind, event.name, event.holder)
+        elif isinstance(event, Released | Lost):
+            delta = -1
+            key = (event.kind, event.name, event.holder)
+        else:
+            return
+        count = self.open.get(key, 0) + delta
+        if not 0 <= count <= 1:
+            self.faults.append(f"{event!r} makes {count} open hold(s) of {key}")
+        if count:
+            self.open[key] = count
+        else:
+            self.open.pop(key, None)
+
+    def check_closed(self) -> None:
+        """Every hold begun has ended; no event was out of order."""
+        assert not self.faults, self.faults
+        assert not self.open, f"holds begun and never ended in the events: {self.open}"

@@ -18,7 +18,7 @@ from redis.asyncio import Redis
 import aiolock
 
 from .conftest import ClientFactory
-from .helpers import quiesce, wait_until
+from .helpers import EventLedger, quiesce, wait_until
 from .sweep import (
     CAP,
     GUARDED_CALLS,
@@ -111,11 +111,16 @@ async def test_cancel_sweep(
     """Cancelled at any loop iteration, the call raises CancelledError and leaves Redis
     holding exactly what the client believes; untouched, it does exactly its job."""
     full = bool(request.config.getoption("--faults"))
-    sweep = Sweep(spec, make_client(), make_client(), raw, name)
+    client, rival = make_client(), make_client()
+    # The event stream through every case: each hold begun ends once, in order.
+    ledger = EventLedger(client, rival)
+    sweep = Sweep(spec, client, rival, raw, name)
     result = await sweep.run(k_schedule(full=full), rounds=FULL_ROUNDS if full else 1)
     _record(result, request.node.user_properties)
     if result.violations:
         raise AssertionError(result.report()) from result.crash
+    assert ledger.events, "the sweep made no event"
+    ledger.check_closed()
 
 
 def _record(result: SweepResult, properties: list[tuple[str, object]]) -> None:

@@ -129,6 +129,9 @@ LOCAL = frozenset(
         "read_lock",
         "write_lock",
         "is_leader",
+        # The client's listeners: local state, no I/O.
+        "add_listener",
+        "remove_listener",
     }
 )
 

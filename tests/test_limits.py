@@ -209,6 +209,8 @@ def test_a_permit_lease_is_refused_or_honoured(redis_url: str, lease: Any) -> No
             "retry_interval",
             "fair_lock_wait_timeout",
             "replica_ack_timeout",
+            "slow_wait",
+            "slow_hold",
         ]
     ),
     value=TIMES,

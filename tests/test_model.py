@@ -58,7 +58,7 @@ from redis.asyncio.cluster import RedisCluster
 
 import aiolock
 
-from .helpers import quiesce, wait_until
+from .helpers import EventLedger, quiesce, wait_until
 from .model import (
     BLOCKS,
     CANCELLED,
@@ -322,6 +322,8 @@ class _Machine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.raw: Redis | RedisCluster | None = None
         self.clients: list[aiolock.Client] = []
+        # The event stream of both clients: each hold begun ends once, in order.
+        self.ledger = EventLedger()
         self.actors: list[list[Actor]] = []
         self.ids: dict[str, str] = {}
         #: Handles made so far (the mixed machine takes its kinds in turn by this count).
@@ -346,6 +348,8 @@ class _Machine(RuleBasedStateMachine):
             aiolock.Client.from_url(self.url, cluster=cluster),
             aiolock.Client.from_url(self.url, watchdog_timeout=b_lease, cluster=cluster),
         ]
+        for client in self.clients:
+            client.add_listener(self.ledger)
         self.actors = [[Actor(c, a) for a in range(ACTORS)] for c in range(len(CLIENTS))]
         # Learn each actor's holder id as the server sees it: take a probe lock, read it.
         raw = self.raw
@@ -1133,6 +1137,7 @@ class _Machine(RuleBasedStateMachine):
 
     async def _check(self) -> None:
         self._check_tokens()
+        assert not self.ledger.faults, f"event stream out of order: {self.ledger.faults}"
         await self._quiesce()
         snap = await self._snapshot()
         model = self.model

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from . import events as events
 from ._client import Client as Client
 from ._count_down_latch import CountDownLatch as CountDownLatch
 from ._exceptions import ClientClosedError as ClientClosedError

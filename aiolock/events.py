@@ -1,0 +1,168 @@
+"""What a client tells its listeners: one event per thing that happened to a lock.
+
+``client.add_listener(fn)`` calls ``fn(event)`` with each of these frozen dataclasses, in
+the event loop, at the moment the client's own bookkeeping records what happened: no event
+costs a round trip. A listener must be cheap and must not block (it runs inside the call
+that made the event); one that raises is logged and never breaks the call.
+
+Common fields:
+
+* ``kind``: the lock kind, one of :data:`KINDS` (the names of ``client.locked(kind=...)``):
+  ``"lock"``, ``"fair_lock"``, ``"fenced_lock"``, ``"spin_lock"``, ``"read_lock"``,
+  ``"write_lock"``, ``"fair_read_lock"``, ``"fair_write_lock"``. Only locks emit events
+  (semaphores, permits and latches have no holder to name).
+* ``name``: the lock's name as given to the client (without ``key_prefix``). Unbounded: do
+  not make it a metric label without thinking.
+* ``holder``: the holder id, ``"<client id>:<n>"`` for a task, or ``owner=`` as given.
+* Times are seconds (``float``), measured on a monotonic clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+__all__ = (
+    "KINDS",
+    "AcquireFailed",
+    "Acquired",
+    "Event",
+    "FailReason",
+    "Kind",
+    "Lost",
+    "Reconnected",
+    "Released",
+    "RenewalRound",
+)
+
+#: The kinds of lock that emit events.
+Kind: TypeAlias = Literal[
+    "lock",
+    "fair_lock",
+    "fenced_lock",
+    "spin_lock",
+    "read_lock",
+    "write_lock",
+    "fair_read_lock",
+    "fair_write_lock",
+]
+KINDS: tuple[Kind, ...] = (
+    "lock",
+    "fair_lock",
+    "fenced_lock",
+    "spin_lock",
+    "read_lock",
+    "write_lock",
+    "fair_read_lock",
+    "fair_write_lock",
+)
+
+#: Why an acquire call ended without the lock (see :class:`AcquireFailed`).
+FailReason: TypeAlias = Literal["timeout", "cancelled", "closed", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """An acquire call took the lock (``lock()``, ``try_lock()``, ``acquired()``, ...).
+
+    Emitted once per successful call, when the server's answer is recorded (or when a
+    release of this client hands the lock straight to the waiting call).
+    ``waited``: seconds from the call's start to the acquisition, the round trip included.
+    ``reentrant``: the holder already held it (a reentrant acquisition, or another read
+    hold of the same holder); only a non-reentrant acquisition starts a hold that a
+    :class:`Released` or a :class:`Lost` ends.
+    """
+
+    kind: Kind
+    name: str
+    holder: str
+    waited: float
+    reentrant: bool
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireFailed:
+    """An acquire call ended without the lock.
+
+    ``reason``: ``"timeout"`` (its ``wait`` ran out, ``wait=0`` included: the lock was
+    held), ``"cancelled"`` (the calling task was cancelled), ``"closed"`` (the client
+    was closed), ``"error"`` (any other exception: the server unreachable past the
+    retries, an upgrade refused, ...). ``waited``: seconds from the call's start.
+    """
+
+    kind: Kind
+    name: str
+    waited: float
+    reason: FailReason
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A hold ended by its holder's release, confirmed by the server.
+
+    Emitted when the holder's last hold on the lock is released (a reentrant hold's
+    inner unlocks emit nothing), also when the release hands the lock to a waiter or
+    downgrades a write hold. ``held``: seconds since the :class:`Acquired` that began it.
+    """
+
+    kind: Kind
+    name: str
+    holder: str
+    held: float
+
+
+@dataclass(frozen=True, slots=True)
+class Lost:
+    """A hold ended without its holder's release: the lock may be someone else's now.
+
+    Emitted once per hold, when this client finds out. ``how``: ``"renewal"`` (the
+    watchdog, or the watch of the lock's channel, found it gone), ``"unlock"``,
+    ``"lock"`` and ``"extend"`` (that call of the holder found it gone),
+    ``"force_unlock"`` (this client's ``force_unlock()`` deleted it), ``"task_ended"``
+    (its task ended holding it: no longer renewed, it expires with its lease or is
+    released at ``aclose()``), ``"release_unanswered"`` (a release cut off by a cancel or
+    an outage got no answer within the resend window: it expires with its lease).
+    ``held``: seconds since the :class:`Acquired` that began it.
+    """
+
+    kind: Kind
+    name: str
+    holder: str
+    held: float
+    how: str
+
+
+@dataclass(frozen=True, slots=True)
+class RenewalRound:
+    """The watchdog renewed the client's watchdog-held leases (every ``watchdog_timeout/3``).
+
+    Emitted once per round, when the last server's share of it has answered (or failed).
+    ``servers``: how many servers the round went to; ``holds``: how many holds it renewed;
+    ``duration``: seconds from the round's start to its last answer; ``failed``: how many
+    servers' shares failed (not answered, or an error): their holds are retried a quarter
+    period later.
+    """
+
+    servers: int
+    holds: int
+    duration: float
+    failed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reconnected:
+    """A connection of the client to ``server`` (``"host:port"``) was made again.
+
+    The client keeps a command connection and, while anything waits, a pub/sub
+    connection per server: each emits its own. ``after``: seconds since the connection
+    was lost. The pub/sub connection reconnects at once (backing off); the command
+    connection reconnects at the next command (at the latest the next renewal round while
+    anything is held), so its ``after`` may be longer than the outage.
+    """
+
+    server: str
+    after: float
+
+
+#: Every event a listener may get.
+Event: TypeAlias = Acquired | AcquireFailed | Released | Lost | RenewalRound | Reconnected

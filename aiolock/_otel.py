@@ -79,6 +79,7 @@ class Instrumentation:
         "_renewal_duration",
         "_tracer",
         "_waiting",
+        "_waiting_now",
     )
 
     def __init__(
@@ -138,6 +139,14 @@ class Instrumentation:
             events.Lost: self._on_lost,
             events.RenewalRound: self._on_renewal_round,
         }
+        # aiolock.waiting needs an event the stream does not have yet: "this client's calls
+        # waiting on a name are now n", from the engine's waiting room, emitted when n
+        # changes (``Waiting(kind, name, waiting)``). Until it exists the counter stays at 0.
+        waiting_event = getattr(events, "Waiting", None)
+        if waiting_event is not None:
+            handlers[waiting_event] = self._on_waiting
+        # The waiting count last told per (kind, name), to add the change.
+        self._waiting_now: dict[tuple[str, str], int] = {}
 
         def listener(event: object) -> None:
             handler = handlers.get(type(event))
@@ -151,7 +160,8 @@ class Instrumentation:
     def uninstrument(self) -> None:
         """Stop recording. Idempotent.
 
-        Removes the listener, and takes the holds it counted in ``aiolock.held`` back out.
+        Removes the listener, and takes what it counted in ``aiolock.held`` and
+        ``aiolock.waiting`` back out.
         """
         listener, self._listener = self._listener, None
         if listener is None:
@@ -160,6 +170,9 @@ class Instrumentation:
         for (kind, name, _holder), count in self._held_now.items():
             self._held.add(-count, self._attributes(kind, name))
         self._held_now.clear()
+        for (kind, name), count in self._waiting_now.items():
+            self._waiting.add(-count, self._attributes(kind, name))
+        self._waiting_now.clear()
 
     # -- attributes ---------------------------------------------------------------------
 
@@ -206,6 +219,16 @@ class Instrumentation:
     def _on_lost(self, event: events.Lost) -> None:
         self._end_hold(event.kind, event.name, event.holder, event.held, "lost")
         self._lease_lost.add(1, self._attributes(event.kind, event.name, LOSS_REASON, event.how))
+
+    def _on_waiting(self, event: Any) -> None:
+        key = (event.kind, event.name)
+        change = event.waiting - self._waiting_now.get(key, 0)
+        if event.waiting:
+            self._waiting_now[key] = event.waiting
+        else:
+            self._waiting_now.pop(key, None)
+        if change:
+            self._waiting.add(change, self._attributes(event.kind, event.name))
 
     def _on_renewal_round(self, event: events.RenewalRound) -> None:
         outcome = "failed" if event.failed else "renewed"

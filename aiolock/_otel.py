@@ -13,7 +13,7 @@ the call, so that span's parent is whatever span the caller has open.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from opentelemetry import metrics, trace
@@ -71,15 +71,15 @@ class Instrumentation:
         "_attrs",
         "_client",
         "_held",
-        "_held_now",
         "_hold_duration",
+        "_holds",
         "_lease_lost",
         "_listener",
         "_name_attributes",
         "_renewal_duration",
         "_tracer",
         "_waiting",
-        "_waiting_now",
+        "_waiting_told",
     )
 
     def __init__(
@@ -93,27 +93,43 @@ class Instrumentation:
         version = _version()
         meter = metrics.get_meter(_SCOPE, version, meter_provider)
         self._tracer = trace.get_tracer(_SCOPE, version, tracer_provider)
+        self._name_attributes = name_attributes
+        # Attribute sets without a lock name are few (kinds x outcomes): built once each,
+        # so that an event costs dict lookups, not allocations.
+        self._attrs: dict[tuple[str, str, str], Attributes] = {}
+        # The holds this client has now, (kind, name, holder) -> 1 (a holder's read holds
+        # of one lock are one hold: events say reentrant=True for the others).
+        self._holds: dict[tuple[str, str, str], int] = {}
+        # aiolock.held and aiolock.waiting per attribute set ((kind, name or "")), read by
+        # the asynchronous up-down counters at collection: a hold costs two dict updates,
+        # not two synchronous measurements (about 10 us with the SDK).
+        self._held: dict[tuple[str, str], int] = {}
+        self._waiting: dict[tuple[str, str], int] = {}
+        # The last waiting count told per (kind, name), to add its change to its series.
+        self._waiting_told: dict[tuple[str, str], int] = {}
         self._acquire_wait = meter.create_histogram(
             "aiolock.acquire.wait",
             unit="s",
-            description="How long an acquire waited, from its call to its outcome.",
+            description="How long an acquire call waited, from its start to its outcome.",
             explicit_bucket_boundaries_advisory=_WAIT_BUCKETS,
         )
         self._hold_duration = meter.create_histogram(
             "aiolock.hold.duration",
             unit="s",
-            description="How long a lock or permit was held, until released or lost.",
+            description="How long a lock was held, until released or lost.",
             explicit_bucket_boundaries_advisory=_HOLD_BUCKETS,
         )
-        self._held = meter.create_up_down_counter(
+        meter.create_observable_up_down_counter(
             "aiolock.held",
+            callbacks=[self._observer(self._held)],
             unit="{lock}",
-            description="Locks and permits this client holds now.",
+            description="Locks this client holds now.",
         )
-        self._waiting = meter.create_up_down_counter(
+        meter.create_observable_up_down_counter(
             "aiolock.waiting",
+            callbacks=[self._observer(self._waiting)],
             unit="{acquire}",
-            description="Acquires of this client waiting now.",
+            description="Acquire calls of this client waiting now.",
         )
         self._lease_lost = meter.create_counter(
             "aiolock.lease.lost",
@@ -126,12 +142,6 @@ class Instrumentation:
             description="How long one watchdog renewal round took, all servers included.",
             explicit_bucket_boundaries_advisory=_RENEWAL_BUCKETS,
         )
-        self._name_attributes = name_attributes
-        # Attribute sets without a lock name are few (kinds x outcomes): built once each,
-        # so that an event costs dict lookups, not allocations.
-        self._attrs: dict[tuple[str, str, str], Attributes] = {}
-        # Holds counted in aiolock.held, so that uninstrument() takes them back out.
-        self._held_now: dict[tuple[str, str, str], int] = {}
         handlers: dict[type[Any], Callable[[Any], None]] = {
             events.Acquired: self._on_acquired,
             events.AcquireFailed: self._on_acquire_failed,
@@ -145,8 +155,6 @@ class Instrumentation:
         waiting_event = getattr(events, "Waiting", None)
         if waiting_event is not None:
             handlers[waiting_event] = self._on_waiting
-        # The waiting count last told per (kind, name), to add the change.
-        self._waiting_now: dict[tuple[str, str], int] = {}
 
         def listener(event: object) -> None:
             handler = handlers.get(type(event))
@@ -160,19 +168,16 @@ class Instrumentation:
     def uninstrument(self) -> None:
         """Stop recording. Idempotent.
 
-        Removes the listener, and takes what it counted in ``aiolock.held`` and
-        ``aiolock.waiting`` back out.
+        Removes the listener; ``aiolock.held`` and ``aiolock.waiting`` report nothing more.
         """
         listener, self._listener = self._listener, None
         if listener is None:
             return
         self._client.remove_listener(listener)
-        for (kind, name, _holder), count in self._held_now.items():
-            self._held.add(-count, self._attributes(kind, name))
-        self._held_now.clear()
-        for (kind, name), count in self._waiting_now.items():
-            self._waiting.add(-count, self._attributes(kind, name))
-        self._waiting_now.clear()
+        self._holds.clear()
+        self._held.clear()
+        self._waiting.clear()
+        self._waiting_told.clear()
 
     # -- attributes ---------------------------------------------------------------------
 
@@ -189,16 +194,35 @@ class Instrumentation:
             cached = self._attrs[cache_key] = {KIND: kind, key: value} if key else {KIND: kind}
         return cached
 
+    def _series(self, kind: str, name: str) -> tuple[str, str]:
+        """The key of ``kind`` and ``name``'s series in ``_held`` and ``_waiting``."""
+        return (kind, name if self._name_attributes else "")
+
+    def _observer(
+        self, counts: dict[tuple[str, str], int]
+    ) -> Callable[[metrics.CallbackOptions], Iterable[metrics.Observation]]:
+        def observe(_options: metrics.CallbackOptions) -> Iterable[metrics.Observation]:
+            return [
+                metrics.Observation(count, self._attributes(kind, name))
+                for (kind, name), count in list(counts.items())
+            ]
+
+        return observe
+
     # -- handlers -------------------------------------------------------------------------
 
     def _on_acquired(self, event: events.Acquired) -> None:
         attrs = self._attributes(event.kind, event.name, OUTCOME, "acquired")
         self._acquire_wait.record(event.waited, attrs)
-        if not event.reentrant:
-            key = (event.kind, event.name, event.holder)
-            self._held_now[key] = self._held_now.get(key, 0) + 1
-            self._held.add(1, self._attributes(event.kind, event.name))
-        self._span_acquire(event.waited, {**attrs, REENTRANT: event.reentrant}, failure=None)
+        if event.reentrant:
+            self._span_acquire(event.waited, {**attrs, REENTRANT: True}, failure=None)
+            return
+        hold = (event.kind, event.name, event.holder)
+        if hold not in self._holds:
+            self._holds[hold] = 1
+            series = self._series(event.kind, event.name)
+            self._held[series] = self._held.get(series, 0) + 1
+        self._span_acquire(event.waited, attrs, failure=None)
 
     def _on_acquire_failed(self, event: events.AcquireFailed) -> None:
         attrs = self._attributes(event.kind, event.name, OUTCOME, event.reason)
@@ -207,59 +231,49 @@ class Instrumentation:
 
     def _on_released(self, event: events.Released) -> None:
         self._end_hold(event.kind, event.name, event.holder, event.held, "released")
+        attrs: dict[str, Any] = {KIND: event.kind, HOLD_DURATION: event.held}
+        if self._name_attributes:
+            attrs[LOCK_NAME] = event.name
         now = time.time_ns()
-        span = self._tracer.start_span(
-            "aiolock.release",
-            attributes=self._span_attributes(event.kind, event.name, "released"),
-            start_time=now,
-        )
-        span.set_attribute(HOLD_DURATION, event.held)
-        span.end(end_time=now)
+        self._tracer.start_span("aiolock.release", attributes=attrs, start_time=now).end(now)
 
     def _on_lost(self, event: events.Lost) -> None:
         self._end_hold(event.kind, event.name, event.holder, event.held, "lost")
         self._lease_lost.add(1, self._attributes(event.kind, event.name, LOSS_REASON, event.how))
 
     def _on_waiting(self, event: Any) -> None:
-        key = (event.kind, event.name)
-        change = event.waiting - self._waiting_now.get(key, 0)
+        told = (event.kind, event.name)
+        change = event.waiting - self._waiting_told.get(told, 0)
         if event.waiting:
-            self._waiting_now[key] = event.waiting
+            self._waiting_told[told] = event.waiting
         else:
-            self._waiting_now.pop(key, None)
-        if change:
-            self._waiting.add(change, self._attributes(event.kind, event.name))
+            self._waiting_told.pop(told, None)
+        series = self._series(event.kind, event.name)
+        now = self._waiting.get(series, 0) + change
+        if now or not self._name_attributes:
+            self._waiting[series] = now
+        else:
+            self._waiting.pop(series, None)
 
     def _on_renewal_round(self, event: events.RenewalRound) -> None:
-        outcome = "failed" if event.failed else "renewed"
-        self._renewal_duration.record(event.duration, self._attributes_of_round(outcome))
+        key = ("", OUTCOME, "failed" if event.failed else "renewed")
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            attrs = self._attrs[key] = {OUTCOME: key[2]}
+        self._renewal_duration.record(event.duration, attrs)
 
     # -- helpers --------------------------------------------------------------------------
 
-    def _attributes_of_round(self, outcome: str) -> Attributes:
-        key = ("", OUTCOME, outcome)
-        cached = self._attrs.get(key)
-        if cached is None:
-            cached = self._attrs[key] = {OUTCOME: outcome}
-        return cached
-
     def _end_hold(self, kind: str, name: str, holder: str, held: float, outcome: str) -> None:
         self._hold_duration.record(held, self._attributes(kind, name, OUTCOME, outcome))
-        key = (kind, name, holder)
-        count = self._held_now.get(key)
-        if count is None:
-            return  # acquired before instrumenting, or a reentrant level's release
-        if count > 1:
-            self._held_now[key] = count - 1
+        if self._holds.pop((kind, name, holder), None) is None:
+            return  # acquired before instrumenting
+        series = self._series(kind, name)
+        left = self._held[series] - 1
+        if left or not self._name_attributes:
+            self._held[series] = left
         else:
-            del self._held_now[key]
-        self._held.add(-1, self._attributes(kind, name))
-
-    def _span_attributes(self, kind: str, name: str, outcome: str) -> dict[str, Any]:
-        attrs: dict[str, Any] = {KIND: kind, OUTCOME: outcome}
-        if self._name_attributes:
-            attrs[LOCK_NAME] = name
-        return attrs
+            del self._held[series]  # one series per name: drop it, or they pile up
 
     def _span_acquire(self, waited: float, attrs: Attributes, *, failure: str | None) -> None:
         now = time.time_ns()
@@ -268,7 +282,7 @@ class Instrumentation:
         )
         if failure is not None:
             span.set_status(Status(StatusCode.ERROR, failure))
-        span.end(end_time=now)
+        span.end(now)
 
 
 def instrument(

@@ -21,6 +21,7 @@ from ._config import ClientOptions, Settings, TimeArg, lease_seconds
 from ._count_down_latch import CountDownLatch
 from ._decorator import LockKind, locked
 from ._engine import Engine
+from ._events import Emitter, Listener
 from ._fair_lock import FairLock
 from ._fair_rwlock import FairReadWriteLock
 from ._fenced import FencedLock
@@ -94,6 +95,8 @@ class Client:
         fair_lock_wait_timeout: TimeArg = 300.0,
         replica_acks: int = 0,
         replica_ack_timeout: TimeArg = 1.0,
+        slow_wait: TimeArg = 5.0,
+        slow_hold: TimeArg = 60.0,
     ) -> None:
         if not isinstance(redis, Redis | RedisCluster):
             raise TypeError(
@@ -108,8 +111,14 @@ class Client:
             fair_lock_wait_timeout=fair_lock_wait_timeout,
             replica_acks=replica_acks,
             replica_ack_timeout=replica_ack_timeout,
+            slow_wait=slow_wait,
+            slow_hold=slow_hold,
         )
         options = self._options
+        # The event stream and the slow-lock log, handed to every piece that records what
+        # happens (the engine, the holds, the renewal, the connections); the listeners
+        # outlive a move to a new event loop.
+        self._events = Emitter(slow_wait=options.slow_wait, slow_hold=options.slow_hold)
         self._redis = redis
         self._owns_redis = False
         #: This client's part of every holder id: a UUID4 in Java's text form.
@@ -172,6 +181,7 @@ class Client:
             settings=self._settings,
             ids=HolderIds(self.id),
             affinity=self._affinity,
+            events=self._events,
             **self._services(),
         )
 
@@ -198,6 +208,7 @@ class Client:
                 spawn=self._background.spawn,
                 sharded=on_cluster,
                 on_change=on_change,
+                events=self._events,
             )
 
         self._sentinel: SentinelWatch | None = None
@@ -205,7 +216,11 @@ class Client:
         self._pubsub: PubSub
         if self._connector is not None:
             cluster = Cluster(
-                self._seeds, self._connector, deadline=self._deadline, make_dispatcher=dispatcher
+                self._seeds,
+                self._connector,
+                deadline=self._deadline,
+                make_dispatcher=dispatcher,
+                events=self._events,
             )
             self._topology = cluster
             self._pubsub = ClusterPubSub(
@@ -225,6 +240,7 @@ class Client:
                 make_connection,
                 deadline=self._deadline,
                 on_open=None if self._sentinel is None else self._sentinel.start,
+                events=self._events,
             )
             self._topology = OneServer(self._transport, sentinel=self._sentinel is not None)
             self._dispatcher = self._pubsub = dispatcher(make_connection)
@@ -242,8 +258,9 @@ class Client:
             spawn=self._background.spawn,
             # A lambda: the registry it reports to is built after this service.
             on_lost=lambda hold, why: self._holds.report_lost(hold, why),  # noqa: PLW0108
+            events=self._events,
         )
-        self._holds = HoldRegistry(self._renewal, watchdog_ms=self._lease_ms)
+        self._holds = HoldRegistry(self._renewal, watchdog_ms=self._lease_ms, events=self._events)
         self._latches = LatchSweeper(self._runner, self._background.spawn)
         # Each holder's calls on each lock, one after the other (see _ordering.py).
         self._order = CallOrder()
@@ -297,6 +314,8 @@ class Client:
         fair_lock_wait_timeout: TimeArg = 300.0,
         replica_acks: int = 0,
         replica_ack_timeout: TimeArg = 1.0,
+        slow_wait: TimeArg = 5.0,
+        slow_hold: TimeArg = 60.0,
         cluster: bool = False,
     ) -> Self:
         """A client that owns a new redis client for ``url`` and closes it.
@@ -320,6 +339,8 @@ class Client:
                 fair_lock_wait_timeout=fair_lock_wait_timeout,
                 replica_acks=replica_acks,
                 replica_ack_timeout=replica_ack_timeout,
+                slow_wait=slow_wait,
+                slow_hold=slow_hold,
             )
         except BaseException:
             # Nothing was connected yet; drop the pool without awaiting.
@@ -376,6 +397,21 @@ class Client:
     def count_down_latch(self, name: str) -> CountDownLatch:
         """A count-down latch (Redisson RCountDownLatch layout)."""
         return CountDownLatch(self._engine, name)
+
+    # -- events ---------------------------------------------------------------------------
+
+    def add_listener(self, fn: Listener) -> None:
+        """Call ``fn(event)`` with every event of this client (``aiolock.events``).
+
+        ``fn`` runs in the event loop, inside the call that made the event: it must be
+        cheap and must not block. One that raises is logged (at most once a minute after
+        the first) and never breaks the call. Adding a listener twice adds it once.
+        """
+        self._events.add(fn)
+
+    def remove_listener(self, fn: Listener) -> None:
+        """Stop calling ``fn``; nothing happens if it is not a listener."""
+        self._events.remove(fn)
 
     # -- leadership and decorators --------------------------------------------------------
 

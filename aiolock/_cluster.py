@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
     from redis.exceptions import AskError
 
+    from ._events import Emitter
     from ._pubsub import Dispatcher, Subscription
 
 __all__ = (
@@ -139,7 +140,10 @@ class Cluster:
         make_dispatcher: MakeDispatcher,
         poll_interval: float = POLL_INTERVAL,
         query_timeout: float = QUERY_TIMEOUT,
+        events: Emitter | None = None,
     ) -> None:
+        # Handed to each node's command connection (its reconnections are events).
+        self._events = events
         self._poll_interval = poll_interval
         self._query_timeout = query_timeout
         self._poller: asyncio.Task[None] | None = None
@@ -236,7 +240,9 @@ class Cluster:
     def _node(self, address: Address) -> _Node:
         node = self._nodes.get(address)
         if node is None:
-            transport = CommandTransport(self._connector(*address), deadline=self._deadline)
+            transport = CommandTransport(
+                self._connector(*address), deadline=self._deadline, events=self._events
+            )
             node = self._nodes[address] = _Node(address, transport)
         return node
 

@@ -175,6 +175,9 @@ class ClientOptions:
     fair_lock_wait_timeout: float = 300.0
     replica_acks: int = 0
     replica_ack_timeout: float = 1.0
+    #: A WARNING when an acquire waited longer than this, or a lock is held longer (None: off).
+    slow_wait: float | None = 5.0
+    slow_hold: float | None = 60.0
 
     @classmethod
     def build(
@@ -188,6 +191,8 @@ class ClientOptions:
         fair_lock_wait_timeout: TimeArg = 300.0,
         replica_acks: int = 0,
         replica_ack_timeout: TimeArg = 1.0,
+        slow_wait: TimeArg = 5.0,
+        slow_hold: TimeArg = 60.0,
     ) -> ClientOptions:
         """Validate raw keyword options and return the frozen options."""
         check_key_prefix(key_prefix)
@@ -214,6 +219,8 @@ class ClientOptions:
             ),
             replica_acks=replica_acks,
             replica_ack_timeout=_positive(replica_ack_timeout, "replica_ack_timeout", 0.001),
+            slow_wait=wait_seconds(slow_wait, "slow_wait"),
+            slow_hold=wait_seconds(slow_hold, "slow_hold"),
         )
 
 

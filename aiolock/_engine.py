@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import AuthenticationError, ResponseError
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from ._affinity import Affinity
     from ._background import Background
     from ._config import Settings
+    from ._events import Emitter
     from ._holders import HolderIds
     from ._holds import Hold, HoldRegistry
     from ._latches import LatchSweeper
@@ -101,8 +103,12 @@ class Engine:
         background: Background,
         latches: LatchSweeper,
         affinity: Affinity,
+        events: Emitter,
     ) -> None:
         self.settings = settings
+        #: The client's event stream and slow-lock log: told of every acquisition and of
+        #: every acquire call that fails (the holds' ends are told by the registry).
+        self.events = events
         self._affinity = affinity
         self._ids = ids
         self._calls = 0
@@ -213,19 +219,42 @@ class Engine:
         ``receipt``: the acquisition's token is appended to it (a fenced lock's).
         ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
         """
+        started = monotonic()
         mark, task = self._call_starts()
         try:
-            return await self._acquire(
-                p, owner, wait, lease, mark=mark, calling=task, receipt=receipt, timed=timed
+            won = await self._acquire(
+                p,
+                owner,
+                wait,
+                lease,
+                mark=mark,
+                calling=task,
+                receipt=receipt,
+                timed=timed,
+                started=started,
             )
-        except Exception as exc:
+        except BaseException as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
-            if cancel_requested(task, mark):
+            cancelled = isinstance(exc, asyncio.CancelledError) or cancel_requested(task, mark)
+            self.events.acquire_failed(
+                p.lock_kind,
+                p.name,
+                monotonic() - started,
+                "cancelled"
+                if cancelled
+                else "closed"
+                if isinstance(exc, ClientClosedError)
+                else "error",
+            )
+            if cancelled and not isinstance(exc, asyncio.CancelledError):
                 raise asyncio.CancelledError from exc
             raise
         finally:
             self._background.call_ended()
+        if not won:
+            self.events.acquire_failed(p.lock_kind, p.name, monotonic() - started, "timeout")
+        return won
 
     def _request_id(self) -> str:
         """A name for one script call's latch or tombstone, unique across clients.
@@ -260,6 +289,7 @@ class Engine:
         calling: asyncio.Task[Any] | None,
         receipt: list[int] | None,
         timed: bool,
+        started: float,
     ) -> bool:
         holder, task = self.holder(owner, calling)
         if not self._order.busy((p.key, holder)):
@@ -274,7 +304,18 @@ class Engine:
         deadline = None if wait is None else loop.time() + wait
         won_lease = None if lease is None else lease_ms
         call = Call(
-            holder, task, field, lease_ms, won_lease, wait, deadline, mark, receipt, calling, timed
+            holder,
+            task,
+            field,
+            lease_ms,
+            won_lease,
+            wait,
+            deadline,
+            mark,
+            receipt,
+            calling,
+            timed,
+            started,
         )
         if p.polls:
             return await self._acquire_polling(p, call)
@@ -679,7 +720,7 @@ class Engine:
             # Lost without the watchdog noticing yet: report it now, once. The hold stays,
             # known lost, so that the holder's next unlock() raises LockLostError.
             self._holds.report_lost(
-                hold, f"the server had {count} of its {believed} hold(s); found by lock()"
+                hold, f"the server had {count} of its {believed} hold(s); found by lock()", "lock"
             )
         if count:
             if hold is not None:
@@ -693,7 +734,7 @@ class Engine:
                 count,
                 p.name,
             )
-            self._won(p, call, count, lease_ms=self.settings.lease_ms)
+            self._won(p, call, count, lease_ms=self.settings.lease_ms, announce=False)
 
     def _undo_later(
         self, p: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
@@ -720,16 +761,24 @@ class Engine:
         lease_ms: int | None = None,
         token: int | None = None,
         sent: float | None = None,
+        announce: bool = True,
     ) -> None:
         """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease.
 
         ``token``: what the acquisition took (a fenced lock's), for the call's receipt.
         ``sent``: when the call that took it (with ``call.lease_ms``) was sent.
+        ``announce``: the call acquired the lock (an ``Acquired`` event, the slow-wait
+        log); not for holds merely found on the server.
         """
         confirmed = None if sent is None else sent + call.lease_ms / 1000
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
+        prior = self._holds.get(p.key, call.field)
+        # Reentrant: it adds to a hold already announced and still believed held.
+        reentrant = (
+            prior is not None and prior.count > 0 and prior.lost is None and prior.began is not None
+        )
         hold = self._holds.acquired(
             key=p.key,
             field=call.field,
@@ -743,6 +792,14 @@ class Engine:
             confirmed=confirmed,
         )
         hold.primitive = p
+        if announce:
+            now = monotonic()
+            if not reentrant:
+                hold.began = now
+                hold.slow_logged = False
+            self.events.acquired(
+                p.lock_kind, p.name, call.holder, now - call.started, reentrant=reentrant
+            )
 
     # -- releasing ------------------------------------------------------------------------
 
@@ -854,7 +911,7 @@ class Engine:
             done = hold.task is not None and hold.task.done()
             if done and hold.count and hold.lost is None:
                 ended.append((hold, hold.count - hold.releasing))
-                self._holds.drop(hold)
+                self._holds.drop(hold, ended="task_ended")
         if ended:
             await asyncio.gather(*(self._release_ended(hold, kept) for hold, kept in ended))
 
@@ -934,7 +991,7 @@ class Engine:
                 raise script_error(p.name, p.key, exc) from exc
             if not int(reply[0]):
                 why = "its lease ran out or was taken before extend()"
-                self._holds.report_lost(hold, f"{why}; found by extend()")
+                self._holds.report_lost(hold, f"{why}; found by extend()", "extend")
                 raise LockLostError(p.name, holder, why)
             self._holds.extended(hold, lease_ms)
         finally:
@@ -1062,7 +1119,7 @@ class Engine:
                 self._settle_offer(p, offer, None)
         if answered is None:
             if hold is not None:
-                self._holds.drop(hold)
+                self._holds.drop(hold, ended="release_unanswered")
             return
         result = decode_release(answered[0])
         self._settle_offer(p, offer, result)
@@ -1084,7 +1141,7 @@ class Engine:
                 if hold.lost is None:
                     # The watchdog did not see it first (an explicit lease, a starved
                     # event loop): log it here, so every loss is logged once.
-                    self._holds.report_lost(hold, f"{why}; found by unlock()")
+                    self._holds.report_lost(hold, f"{why}; found by unlock()", "unlock")
                 self._holds.drop(hold)
                 raise LockLostError(p.name, holder, why)
             raise LockNotOwnedError(p.name, holder, self._held_by_sibling(p.key, holder))

@@ -34,6 +34,8 @@ class FairPrimitive(Primitive):
 
     __slots__ = ("chan", "queue", "timeouts")
 
+    lock_kind = "fair_lock"
+
     leaves_queue = True
 
     def __init__(self, settings: Settings, name: str) -> None:

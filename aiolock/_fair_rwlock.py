@@ -137,11 +137,13 @@ class _FairSide(Primitive):
 class _FairRead(_FairSide):
     __slots__ = ()
     side = "r"
+    lock_kind = "fair_read_lock"
 
 
 class _FairWrite(_FairSide):
     __slots__ = ()
     side = "w"
+    lock_kind = "fair_write_lock"
 
     def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
         # Waiting for the write lock while holding read locks would wait for itself. A

@@ -32,6 +32,8 @@ class FencedLockPrimitive(LockPrimitive):
 
     __slots__ = ("token_key",)
 
+    lock_kind = "fenced_lock"
+
     # A hand-over is an acquisition by the release script, which takes no token: a fenced
     # release frees the lock for everyone, and a fenced waiter is never an heir.
     hands_over = False

@@ -13,7 +13,10 @@ import dataclasses
 import logging
 import weakref
 from dataclasses import dataclass
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Protocol
+
+from ._events import Emitter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -63,6 +66,13 @@ class Hold:
     confirms: int = 0
     # The guarded holds (``_guard.Hold``) watching this one: told at once when it is lost.
     guards: list[Any] | None = dataclasses.field(default=None, repr=False)
+    # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
+    # event); None: begun otherwise (holds found on the server, say), and its end is not
+    # announced either: every ``Released`` or ``Lost`` matches one ``Acquired``.
+    began: float | None = None
+    # Logged as held past slow_hold already (by the renewal round): its release says so
+    # at INFO only.
+    slow_logged: bool = False
 
     @property
     def count(self) -> int:
@@ -96,10 +106,14 @@ class Renewal(Protocol):
 class HoldRegistry:
     """Every hold of one client, and the link to its renewal service."""
 
-    __slots__ = ("_by_task", "_clock", "_ended", "_holds", "_renewal", "_watchdog_ms")
+    __slots__ = ("_by_task", "_clock", "_ended", "_holds", "_renewal", "_watchdog_ms", "events")
 
-    def __init__(self, renewal: Renewal, *, watchdog_ms: int = 30_000) -> None:
+    def __init__(
+        self, renewal: Renewal, *, watchdog_ms: int = 30_000, events: Emitter | None = None
+    ) -> None:
         self._renewal = renewal
+        #: Told when a hold ends (``Released``, ``Lost``); the engine tells it of acquisitions.
+        self.events = events if events is not None else Emitter()
         self._watchdog_ms = watchdog_ms
         # Holds whose task ended holding them, each with how many holds it kept and the
         # latest (loop) time its lease can still run: aclose() releases them at once.
@@ -197,6 +211,15 @@ class HoldRegistry:
     def released(self, hold: Hold, *, fully: bool) -> None:
         """Record an unlock the server confirmed."""
         if fully:
+            began = hold.began
+            if began is not None and hold.lost is None:
+                self.events.released(
+                    hold.primitive.lock_kind,
+                    hold.name,
+                    hold.holder,
+                    monotonic() - began,
+                    warned=hold.slow_logged,
+                )
             self.drop(hold)
             return
         if hold.leases:
@@ -215,8 +238,14 @@ class HoldRegistry:
         """
         hold.leases = [lease if lease is None else lease_ms for lease in hold.leases]
 
-    def drop(self, hold: Hold) -> None:
-        """Forget ``hold`` entirely."""
+    def drop(self, hold: Hold, *, ended: str | None = None) -> None:
+        """Forget ``hold`` entirely.
+
+        ``ended``: the hold ends here unreleased, and unknown to be lost (its task ended,
+        its release went unanswered): a ``Lost`` event with this ``how``.
+        """
+        if ended is not None and hold.count and hold.lost is None:
+            self._ended_unreleased(hold, ended)
         hold.leases.clear()
         self._renewal.untrack(hold)
         if self._holds.get((hold.key, hold.field)) is hold:
@@ -235,9 +264,22 @@ class HoldRegistry:
             hold.task_holds = None
         hold.task = None
 
-    def mark_lost(self, hold: Hold, why: str) -> None:
-        """The hold is gone on the server: stop renewing, remember why for unlock()."""
+    def _ended_unreleased(self, hold: Hold, how: str) -> None:
+        began = hold.began
+        if began is not None:
+            self.events.lost(
+                hold.primitive.lock_kind, hold.name, hold.holder, monotonic() - began, how
+            )
+            hold.began = None  # announced once
+
+    def mark_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:
+        """The hold is gone on the server: stop renewing, remember why for unlock().
+
+        ``how``: what found it (a ``Lost`` event's ``how``).
+        """
         if hold.lost is None:
+            if hold.count:
+                self._ended_unreleased(hold, how)
             hold.lost = why
         self._renewal.untrack(hold)
         if hold.guards:
@@ -245,7 +287,7 @@ class HoldRegistry:
             for guarded in list(hold.guards):
                 guarded.member_lost(why)
 
-    def report_lost(self, hold: Hold, why: str) -> None:
+    def report_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:
         """A hold found gone on the server: log it once, then mark it lost."""
         log.warning(
             "aiolock: lock %r held by %s was lost (%s): mutual exclusion is no longer "
@@ -254,7 +296,7 @@ class HoldRegistry:
             hold.holder,
             why,
         )
-        self.mark_lost(hold, why)
+        self.mark_lost(hold, why, how)
 
     def mark_key_lost(self, key: str, why: str, *, begun_by: int) -> None:
         """Mark lost every local hold on ``key`` begun by ``begun_by`` (a ``clock()``).
@@ -265,7 +307,7 @@ class HoldRegistry:
         """
         for hold in list(self._holds.values()):
             if hold.key == key and hold.since <= begun_by:
-                self.mark_lost(hold, why)
+                self.mark_lost(hold, why, "force_unlock")
 
     def _watch_task(self, task: asyncio.Task[Any], hold: Hold) -> None:
         holds = self._by_task.get(task)
@@ -314,4 +356,4 @@ class HoldRegistry:
                 )
                 self._remember_ended(hold, kept, self._watchdog_ms)
             if kept > 0:
-                self.drop(hold)
+                self.drop(hold, ended="task_ended")

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._config import Settings
     from ._engine import Engine
     from ._primitive import Call
+    from .events import Kind
 
 __all__ = ("ExclusivePrimitive", "Lock", "LockPrimitive")
 
@@ -88,6 +89,7 @@ class LockPrimitive(ExclusivePrimitive):
     __slots__ = ("chan",)
 
     hands_over = True
+    lock_kind: ClassVar[Kind] = "lock"
     acquire_script = "lock_acquire"
     rollback_script = "lock_rollback"
     release_script = "lock_release"

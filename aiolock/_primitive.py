@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._config import Settings
     from ._holds import HoldRegistry
     from ._scripts import Script
+    from .events import Kind
 
 __all__ = ("Call", "Invocation", "Outcome", "Primitive", "Waitable", "lock_wake_count")
 
@@ -81,6 +82,8 @@ class Call(NamedTuple):
     # A guarded acquire: note the send time of the attempt that takes the hold (the
     # guard's confirmation), which plain acquires spare themselves.
     timed: bool = False
+    # When the call began (time.monotonic()): its events' and slow-wait log's time waited.
+    started: float = 0.0
 
 
 class Waitable:
@@ -138,6 +141,8 @@ class Primitive(Waitable):
     hands_over: ClassVar[bool] = False
     #: A waiter that gives up must tell the server (the fair lock's queue).
     leaves_queue: ClassVar[bool] = False
+    #: The lock kind its events name (``aiolock.events.Kind``).
+    lock_kind: ClassVar[Kind]
     #: Nothing is published when the lock frees (the spin lock): waiters try again after
     #: the pauses of ``pauses()`` instead of subscribing. This client's own releases
     #: still wake its own waiters at once.

@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
+from time import monotonic
 from typing import TYPE_CHECKING, Any, Protocol
 
 from redis.crc import key_slot
@@ -30,6 +31,7 @@ from ._wire import Wire, open_wire
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
 
+    from ._events import Emitter
     from ._waiting import WaitingRoom
 
 __all__ = ("Dispatcher", "PubSub", "Subscription")
@@ -116,8 +118,13 @@ class Dispatcher:
         linger: float = 0.5,
         sharded: bool = False,
         on_change: Callable[[], None] | None = None,
+        events: Emitter | None = None,
     ) -> None:
         self._make_connection = make_connection
+        # Told of each reconnection (a ``Reconnected`` event), with how long it took.
+        self._events = events
+        # When (time.monotonic()) the connection was lost; None while it is up.
+        self._lost_at: float | None = None
         # Sharded pub/sub (a cluster's SSUBSCRIBE, one channel per command: channels of
         # several slots in one would be refused with CROSSSLOT).
         self._subscribe = "SSUBSCRIBE" if sharded else "SUBSCRIBE"
@@ -385,7 +392,7 @@ class Dispatcher:
                 exc = await self._ended
                 if not self._closed_now() and not isinstance(exc, ResponseError):
                     log.warning("aiolock: pub/sub connection lost (%s); reconnecting", exc)
-                    self._outage = True
+                    self._went_down()
             except ResponseError as exc:
                 # Refused during the handshake (an ACL without the right to connect).
                 if not self.closed:
@@ -396,7 +403,7 @@ class Dispatcher:
                     # a new primary) would otherwise log one per attempt.
                     report = log.debug if self._outage else log.warning
                     report("aiolock: pub/sub connection failed (%s); reconnecting", exc)
-                    self._outage = True
+                    self._went_down()
             except Exception:
                 # Never let the one reader die: every waiter would then depend on its
                 # lease-bounded timeout alone.
@@ -410,6 +417,12 @@ class Dispatcher:
                 self._on_change()
                 await asyncio.sleep(self._backoff)
                 self._backoff = min(self._backoff * 2, _MAX_BACKOFF)
+
+    def _went_down(self) -> None:
+        """The connection was lost, or failed to open: an outage (from its first moment)."""
+        self._outage = True
+        if self._lost_at is None:
+            self._lost_at = monotonic()
 
     def _connected(self, wire: Wire, *, again: bool) -> None:
         """Use ``wire`` from now on: subscribe every channel with subscribers."""
@@ -425,6 +438,10 @@ class Dispatcher:
                 "aiolock: pub/sub reconnected; restoring %d channels",
                 len(names),
             )
+            lost_at = self._lost_at
+            if lost_at is not None and self._events is not None:
+                self._events.reconnected(wire.peer, monotonic() - lost_at)
+        self._lost_at = None
         self._outage = False
         if names:
             for name in names:

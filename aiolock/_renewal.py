@@ -13,6 +13,11 @@ Each server is renewed on its own time: a server that does not answer (frozen, c
 delays only its own holds. Its share stays in flight until the connection gives up on it,
 and meanwhile it is sent no other, while the other servers' shares go out every period.
 Its holds are reported lost once it answers again and they are found gone.
+
+An outage is logged once per server (``_Outages``): a WARNING at its first failed share,
+nothing for the next ones (there is one every quarter period), and a WARNING with the
+count and the length of the outage when a share is answered again. Each round ends with a
+``RenewalRound`` event (``_events.Emitter``) once its last share is back.
 """
 
 from __future__ import annotations
@@ -21,11 +26,13 @@ import asyncio
 import logging
 from asyncio import FIRST_COMPLETED
 from collections.abc import Callable, Collection
+from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 from redis.exceptions import RedisError
 
 from ._cancel import cancel_mark, cancelled_since
+from ._events import Emitter
 from ._scripts import load_script
 
 if TYPE_CHECKING:
@@ -88,6 +95,10 @@ _KINDS: dict[str, Callable[[], tuple[Script, KeysOf, ArgsOf]]] = {
 }
 
 
+def _holds_in(by_kind: dict[str, list[list[Hold]]]) -> int:
+    return sum(len(batch) for batches in by_kind.values() for batch in batches)
+
+
 class _Schedule:
     """When each server's share is next due: plain state, the renewal task does the I/O.
 
@@ -139,6 +150,71 @@ class _Schedule:
         return ticked, due
 
 
+def _server_name(server: Server) -> str:
+    peer = None if server is None else server.last_peer
+    return peer or "the server"
+
+
+class _Outages:
+    """Which servers' renewals fail now: one WARNING when that starts, one when it ends.
+
+    A share is retried every quarter period while it fails: logging each failure would
+    repeat the same line every few seconds for as long as the outage lasts.
+    """
+
+    __slots__ = ("_down", "_retry")
+
+    def __init__(self, retry: float) -> None:
+        self._retry = retry
+        # Per failing server: when its first failure came, and how many failed since.
+        self._down: dict[Server, list[float]] = {}
+
+    def failed(self, server: Server, holds: int, exc: BaseException) -> None:
+        down = self._down.get(server)
+        if down is not None:
+            down[1] += 1
+            log.debug("aiolock: renewal on %s failed again (%s)", _server_name(server), exc)
+            return
+        self._down[server] = [monotonic(), 1]
+        log.warning(
+            "aiolock: could not renew %d lock lease(s) on %s (%s); retrying every %.3g s, "
+            "logged again when it works",
+            holds,
+            _server_name(server),
+            exc,
+            self._retry,
+        )
+
+    def answered(self, server: Server) -> None:
+        down = self._down.pop(server, None)
+        if down is not None:
+            since, count = down
+            log.warning(
+                "aiolock: renewal on %s works again after %d failed attempt(s) over %.1f s",
+                _server_name(server),
+                int(count),
+                monotonic() - since,
+            )
+
+    def forget(self, servers: Collection[Server]) -> None:
+        """Drop the servers not in ``servers`` (no hold left there: nothing to recover)."""
+        for server in [server for server in self._down if server not in servers]:
+            del self._down[server]
+
+
+class _Round:
+    """One period's shares still in flight, for its ``RenewalRound`` event."""
+
+    __slots__ = ("failed", "holds", "pending", "servers", "started")
+
+    def __init__(self, pending: set[asyncio.Task[bool]], holds: int) -> None:
+        self.started = monotonic()
+        self.pending = pending
+        self.servers = len(pending)
+        self.holds = holds
+        self.failed = 0
+
+
 class RenewalService:
     """Renews the leases of tracked holds until they are untracked or found lost."""
 
@@ -151,8 +227,11 @@ class RenewalService:
         spawn: Callable[[Any], asyncio.Task[Any]],
         on_lost: Callable[[Hold, str], None],
         batch_size: int = BATCH_SIZE,
+        events: Emitter | None = None,
     ) -> None:
         self._runner = runner
+        self._events = events if events is not None else Emitter()
+        self._outages = _Outages(interval / 4)
         self._lease_ms = lease_ms
         self._interval = interval
         self._spawn = spawn
@@ -190,6 +269,8 @@ class RenewalService:
         loop = asyncio.get_running_loop()
         schedule = _Schedule(self._interval, loop.time())
         flying: dict[asyncio.Task[bool], Server] = {}
+        # The rounds whose shares are not all back yet (a frozen server's may span several).
+        rounds: list[_Round] = []
         try:
             while self._holds or flying:
                 # Sleep to an absolute time: the renewal's own duration must not stretch
@@ -201,19 +282,31 @@ class RenewalService:
                 else:
                     await asyncio.sleep(delay)
                 now = loop.time()
-                for task in [task for task in flying if task.done()]:
+                done = [task for task in flying if task.done()]
+                for task in done:
                     schedule.answered(flying.pop(task), ok=task.result(), now=now)
+                if rounds and done:
+                    self._rounds_answered(rounds, done)
                 # With no hold left, this only moves the schedule on (holds tracked while a
                 # share is still in flight are due at the next period, as any).
                 shares = self._shares()
+                self._outages.forget(shares)
                 ticked, due = schedule.due(now, shares)
                 calls = 0
+                sent: set[asyncio.Task[bool]] = set()
                 for server in due:
                     calls += self._count(shares[server])
-                    flying[loop.create_task(self._renew_share(shares[server]))] = server
+                    task = loop.create_task(self._renew_share(server, shares[server]))
+                    flying[task] = server
+                    sent.add(task)
+                if ticked and self._events.slow_hold is not None:
+                    self._log_slow_holds()
                 if ticked and shares:
                     self.rounds += 1
                     self.last_round_calls = calls
+                    if sent:
+                        holds = sum(_holds_in(shares[server]) for server in due)
+                        rounds.append(_Round(sent, holds))
         finally:
             self._task = None
             for task in flying:
@@ -222,16 +315,57 @@ class RenewalService:
                 # Their end is this task's: wait for it, whatever cancels this one.
                 await asyncio.wait(flying)
 
+    def _log_slow_holds(self) -> None:
+        """Log, once per hold, each watchdog hold held past ``slow_hold`` so far.
+
+        Once a period, from the renewal's own pass over its holds: a hold with a lease of
+        its own is not renewed, and its slow hold is logged at its release only.
+        """
+        events = self._events
+        limit = events.slow_hold
+        assert limit is not None
+        now = monotonic()
+        for hold in self._holds:
+            began = hold.began
+            if began is not None and not hold.slow_logged and now - began > limit:
+                hold.slow_logged = True
+                events.held_long(hold.primitive.lock_kind, hold.name, hold.holder, now - began)
+
+    def _rounds_answered(self, rounds: list[_Round], done: list[asyncio.Task[bool]]) -> None:
+        """Count the shares back in ``done``; a round whose last share is back ends."""
+        for round_ in list(rounds):
+            for task in done:
+                if task in round_.pending:
+                    round_.pending.discard(task)
+                    if not task.result():
+                        round_.failed += 1
+            if not round_.pending:
+                rounds.remove(round_)
+                self._events.renewal_round(
+                    round_.servers, round_.holds, monotonic() - round_.started, round_.failed
+                )
+
     async def renew_once(self) -> bool:
         """Renew every tracked hold now, one share per server, all at once; False on error.
 
         Tests and benchmarks call it; the watchdog sends each server its share on that
         server's own time (see ``_run``).
         """
-        shares = self._shares().values()
+        shares = self._shares()
         self.rounds += 1
-        self.last_round_calls = sum(self._count(by_kind) for by_kind in shares)
-        return all(await asyncio.gather(*(self._renew_share(by_kind) for by_kind in shares)))
+        self.last_round_calls = sum(self._count(by_kind) for by_kind in shares.values())
+        started = monotonic()
+        answers = await asyncio.gather(
+            *(self._renew_share(server, by_kind) for server, by_kind in shares.items())
+        )
+        if shares:
+            self._events.renewal_round(
+                len(shares),
+                sum(_holds_in(by_kind) for by_kind in shares.values()),
+                monotonic() - started,
+                answers.count(False),
+            )
+        return all(answers)
 
     def _count(self, by_kind: dict[str, list[list[Hold]]]) -> int:
         """The script calls of one share, counted as it is sent."""
@@ -256,7 +390,7 @@ class RenewalService:
             batches.extend(holds[start : start + size] for start in range(0, len(holds), size))
         return shares
 
-    async def _renew_share(self, by_kind: dict[str, list[list[Hold]]]) -> bool:
+    async def _renew_share(self, server: Server, by_kind: dict[str, list[list[Hold]]]) -> bool:
         """Renew one server's holds: one script call per batch; False if any failed.
 
         The calls of every kind go out together, in one round trip: sent one by one, each
@@ -265,10 +399,18 @@ class RenewalService:
         """
         sent = [self._renew_kind(kind, batches) for kind, batches in by_kind.items()]
         if len(sent) == 1:
-            return await sent[0]  # the usual case: one kind, no task for it
-        return all(await asyncio.gather(*sent))
+            errors = [await sent[0]]  # the usual case: one kind, no task for it
+        else:
+            errors = await asyncio.gather(*sent)
+        error = next((exc for exc in errors if exc is not None), None)
+        if error is None:
+            self._outages.answered(server)
+            return True
+        self._outages.failed(server, _holds_in(by_kind), error)
+        return False
 
-    async def _renew_kind(self, kind: str, batches: list[list[Hold]]) -> bool:
+    async def _renew_kind(self, kind: str, batches: list[list[Hold]]) -> BaseException | None:
+        """Renew holds of one kind, one script call per batch; the first error, if any."""
         script, keys_of, args_of = _KINDS[kind]()
         calls: list[tuple[list[str], list[str | int]]] = [
             (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
@@ -283,16 +425,10 @@ class RenewalService:
             replies = await self._runner.run_batch(script, calls)
         except (RedisError, OSError) as exc:
             replies = [exc] * len(calls)
-        all_sent = True
+        error: BaseException | None = None
         for batch, reply, before in zip(batches, replies, confirms, strict=True):
             if isinstance(reply, BaseException):
-                log.warning(
-                    "aiolock: could not renew %d lock lease(s) (%s); retrying in %.3g s",
-                    len(batch),
-                    reply,
-                    self._interval / 4,
-                )
-                all_sent = False
+                error = error or reply
                 continue
             for hold, held, count in zip(batch, reply, before, strict=True):
                 if int(held) and hold.confirms == count and confirmed > hold.confirmed:
@@ -300,7 +436,7 @@ class RenewalService:
                 # An unlock in flight may already have deleted the key: not a loss.
                 if not int(held) and hold in self._holds and not hold.releasing:
                     self._on_lost(hold, "the watchdog found its hold gone")
-        return all_sent
+        return error
 
     async def aclose(self) -> None:
         """Stop renewing; leases still held run out on their own."""

@@ -76,6 +76,8 @@ class ReadPrimitive(_Side):
 
     __slots__ = ()
 
+    lock_kind = "read_lock"
+
     # Every wake-up reaches every waiting reader: when one reader can get in, they all can.
     shared_waits = True
     mode = "read"
@@ -133,6 +135,7 @@ class WritePrimitive(_Side, ExclusivePrimitive):
     # once, would re-take the lock before that writer could.
     no_barging = True
     mode = "write"
+    lock_kind = "write_lock"
     message = _WRITE_UNLOCK
     acquire_script = "rw_write_acquire"
     rollback_script = "rw_write_rollback"

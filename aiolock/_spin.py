@@ -32,6 +32,7 @@ class SpinLockPrimitive(LockPrimitive):
     __slots__ = ()
 
     polls = True
+    lock_kind = "spin_lock"
     # Nobody parks on a message: there is no waiter to hand the lock to.
     hands_over = False
     no_barging = False

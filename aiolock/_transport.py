@@ -30,6 +30,7 @@ import asyncio
 import collections
 import contextlib
 from collections.abc import Callable
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -40,6 +41,8 @@ from ._wire import Wire, open_wire
 
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
+
+    from ._events import Emitter
 
 __all__ = ("CommandTransport", "RetiredError")
 
@@ -89,8 +92,15 @@ class CommandTransport:
         deadline: float,
         limit: int = 4096,
         on_open: Callable[[], None] | None = None,
+        events: Emitter | None = None,
     ) -> None:
         self._make_connection = make_connection
+        # Told of each connection made again after one was lost (a ``Reconnected`` event).
+        self._events = events
+        # When (time.monotonic()) the last connection was lost; None: none lost since.
+        self._lost_at: float | None = None
+        #: Where the last connection went ("host:port"), kept after it is lost (for logs).
+        self.last_peer: str | None = None
         # Told of every connection opened (the Sentinel watch starts with the first).
         self._on_open = on_open
         self._deadline = deadline
@@ -197,6 +207,8 @@ class CommandTransport:
             return
         self._wire = None
         self._ended.append(wire)
+        if self._lost_at is None and not self.closed:
+            self._lost_at = monotonic()
         self._fail_all(exc)
 
     def _fail_all(self, exc: Exception) -> None:
@@ -322,6 +334,10 @@ class CommandTransport:
             raise self._closed_error()
         self._wire = wire
         self.connects += 1
+        self.last_peer = wire.peer
+        lost_at, self._lost_at = self._lost_at, None
+        if lost_at is not None and self._events is not None:
+            self._events.reconnected(wire.peer, monotonic() - lost_at)
         if self._on_open is not None:
             self._on_open()
         return wire

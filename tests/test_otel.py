@@ -70,15 +70,15 @@ class Telemetry:
 
     def point(self, name: str, **attributes: Any) -> Point:
         """The one data point of ``name`` whose attributes are exactly ``attributes``
-        (keyword ``aiolock_kind`` for ``aiolock.kind``, and so on)."""
-        wanted = {k.replace("_", ".", 1): v for k, v in attributes.items()}
+        (keyword ``aiolock_lock_name`` for ``aiolock.lock.name``, and so on)."""
+        wanted = {k.replace("_", "."): v for k, v in attributes.items()}
         found = [p for p in self.points(name) if dict(p.attributes or {}) == wanted]
         assert len(found) == 1, (wanted, [dict(p.attributes or {}) for p in self.points(name)])
         return found[0]
 
     def count(self, name: str, **attributes: Any) -> int:
         """A histogram's count for those attributes, 0 if it has no such point."""
-        wanted = {k.replace("_", ".", 1): v for k, v in attributes.items()}
+        wanted = {k.replace("_", "."): v for k, v in attributes.items()}
         return sum(
             p.count
             for p in self.points(name)
@@ -87,7 +87,7 @@ class Telemetry:
 
     def value(self, name: str, **attributes: Any) -> int | float:
         """A sum's value for those attributes, 0 if it has no such point."""
-        wanted = {k.replace("_", ".", 1): v for k, v in attributes.items()}
+        wanted = {k.replace("_", "."): v for k, v in attributes.items()}
         return sum(
             p.value
             for p in self.points(name)
@@ -146,15 +146,12 @@ async def test_lock_and_unlock(client: aiolock.Client, otel: Telemetry, name: st
 
     (acquire,) = otel.spans("aiolock.acquire")
     assert acquire.status.status_code is StatusCode.UNSET
-    assert dict(acquire.attributes or {}) == {
-        "aiolock.kind": "lock",
-        "aiolock.outcome": "acquired",
-        "aiolock.reentrant": False,
-    }
+    assert dict(acquire.attributes or {}) == {"aiolock.kind": "lock", "aiolock.outcome": "acquired"}
     (release,) = otel.spans("aiolock.release")
-    assert release.attributes is not None
-    assert release.attributes["aiolock.outcome"] == "released"
-    assert release.attributes["aiolock.hold.duration"] == held.sum
+    assert dict(release.attributes or {}) == {
+        "aiolock.kind": "lock",
+        "aiolock.hold.duration": held.sum,
+    }
     # Lock names are unbounded: none by default.
     assert "aiolock.lock.name" not in attribute_names(otel)
 
@@ -170,10 +167,9 @@ async def test_reentrant_hold_counts_once(
     assert otel.value("aiolock.held", aiolock_kind="lock") == 0
     assert otel.count("aiolock.acquire.wait", aiolock_kind="lock", aiolock_outcome="acquired") == 2
     assert otel.count("aiolock.hold.duration", aiolock_kind="lock", aiolock_outcome="released") == 1
-    reentrant = [
-        dict(s.attributes or {})["aiolock.reentrant"] for s in otel.spans("aiolock.acquire")
-    ]
-    assert sorted(reentrant) == [False, True]  # type: ignore[type-var]
+    # The reentrant one says so; the first has no such attribute.
+    spans = otel.spans("aiolock.acquire")
+    assert [dict(s.attributes or {}).get("aiolock.reentrant") for s in spans] == [None, True]
 
 
 async def test_contended_wait_span_covers_the_wait(

@@ -77,6 +77,7 @@ class Instrumentation:
         "_listener",
         "_name_attributes",
         "_renewal_duration",
+        "_spans",
         "_tracer",
         "_waiting",
         "_waiting_told",
@@ -93,6 +94,9 @@ class Instrumentation:
         version = _version()
         meter = metrics.get_meter(_SCOPE, version, meter_provider)
         self._tracer = trace.get_tracer(_SCOPE, version, tracer_provider)
+        # An explicit no-op provider turns spans off (metrics only): skip building them. The
+        # global provider's proxy tracer may get an SDK later, so it is always called.
+        self._spans = not isinstance(self._tracer, trace.NoOpTracer)
         self._name_attributes = name_attributes
         # Attribute sets without a lock name are few (kinds x outcomes): built once each,
         # so that an event costs dict lookups, not allocations.
@@ -231,6 +235,8 @@ class Instrumentation:
 
     def _on_released(self, event: events.Released) -> None:
         self._end_hold(event.kind, event.name, event.holder, event.held, "released")
+        if not self._spans:
+            return
         attrs: dict[str, Any] = {KIND: event.kind, HOLD_DURATION: event.held}
         if self._name_attributes:
             attrs[LOCK_NAME] = event.name
@@ -276,6 +282,8 @@ class Instrumentation:
             del self._held[series]  # one series per name: drop it, or they pile up
 
     def _span_acquire(self, waited: float, attrs: Attributes, *, failure: str | None) -> None:
+        if not self._spans:
+            return
         now = time.time_ns()
         span = self._tracer.start_span(
             "aiolock.acquire", attributes=attrs, start_time=now - round(waited * _NS)

@@ -1,10 +1,12 @@
 """What ``aiolock.instrument_opentelemetry`` costs a lock+unlock pair.
 
-Three clients on one server, each looping lock+unlock pairs (every task on its own name):
+Five clients on one server, each looping lock+unlock pairs (every task on its own name):
 
 * ``plain``: not instrumented;
+* ``listener``: a listener that does nothing (the event stream's own cost);
 * ``otel-noop``: instrumented with OpenTelemetry's API alone (no SDK: the no-op providers,
   what a library user gets until the application configures one);
+* ``otel-metrics``: an SDK meter provider as below, spans off (a no-op tracer provider);
 * ``otel-sdk``: instrumented with an SDK meter provider (an in-memory reader, collected
   once at the end) and an SDK tracer provider whose spans go to an exporter that drops them
   (the instrumentation's own cost, not an exporter's).
@@ -42,7 +44,7 @@ import aiolock
 from aiolock import events
 from aiolock.testing import redis_server
 
-CONFIGS = ("plain", "otel-noop", "otel-sdk")
+CONFIGS = ("plain", "listener", "otel-noop", "otel-metrics", "otel-sdk")
 
 
 class _Drop(SpanExporter):
@@ -126,8 +128,12 @@ async def main(reps: int, duration: float, tasks: int, pin: int | None) -> None:
             os.sched_setaffinity(await _server_pid(server.url), {pin})
         clients = {config: aiolock.Client.from_url(server.url) for config in CONFIGS}
         sdk_meters, sdk_tracer = _sdk()
+        clients["listener"].add_listener(lambda event: None)
         aiolock.instrument_opentelemetry(
             clients["otel-noop"], metrics.NoOpMeterProvider(), trace.NoOpTracerProvider()
+        )
+        aiolock.instrument_opentelemetry(
+            clients["otel-metrics"], sdk_meters, trace.NoOpTracerProvider()
         )
         aiolock.instrument_opentelemetry(clients["otel-sdk"], sdk_meters, sdk_tracer)
         try:
@@ -137,17 +143,18 @@ async def main(reps: int, duration: float, tasks: int, pin: int | None) -> None:
                 rate: dict[str, list[float]] = {c: [] for c in CONFIGS}
                 cpu_us: dict[str, list[float]] = {c: [] for c in CONFIGS}
                 for rep in range(reps):
-                    order = CONFIGS[rep % 3 :] + CONFIGS[: rep % 3]
+                    first = rep % len(CONFIGS)
+                    order = CONFIGS[first:] + CONFIGS[:first]
                     for config in order:
                         pairs, cpu = await _round(clients[config], n, duration, config)
                         rate[config].append(pairs / duration)
                         cpu_us[config].append(cpu / pairs * 1e6)
                 print(f"\n{n} task(s), {reps} reps x {duration} s, medians")
-                print(f"{'config':<10} {'pairs/s':>9} {'CPU µs/pair':>12} {'Δ CPU µs/pair':>14}")
+                print(f"{'config':<12} {'pairs/s':>9} {'CPU µs/pair':>12} {'Δ CPU µs/pair':>14}")
                 for config in CONFIGS:
                     delta = [a - b for a, b in zip(cpu_us[config], cpu_us["plain"], strict=True)]
                     print(
-                        f"{config:<10} {_median(rate[config]):>9.0f} "
+                        f"{config:<12} {_median(rate[config]):>9.0f} "
                         f"{_median(cpu_us[config]):>12.1f} {_median(delta):>+14.1f}"
                     )
         finally:
@@ -166,8 +173,14 @@ async def main(reps: int, duration: float, tasks: int, pin: int | None) -> None:
         sdk.append(_listener_cost(meter_provider, tracer_provider, 20_000))
         meter_provider.shutdown()
         tracer_provider.shutdown()
-    print(f"otel-noop  {_median(noop):.2f}")
-    print(f"otel-sdk   {_median(sdk):.2f}")
+    metrics_only: list[float] = []
+    for _ in range(5):
+        meter_provider, _unused = _sdk()
+        metrics_only.append(_listener_cost(meter_provider, trace.NoOpTracerProvider(), 20_000))
+        meter_provider.shutdown()
+    print(f"otel-noop     {_median(noop):.2f}")
+    print(f"otel-metrics  {_median(metrics_only):.2f}")
+    print(f"otel-sdk      {_median(sdk):.2f}")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import events as events
 from ._client import Client as Client
@@ -33,6 +33,12 @@ from ._rwlock import WriteLock as WriteLock
 from ._semaphore import Semaphore as Semaphore
 from ._spin import SpinLock as SpinLock
 
+if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
+    from ._otel import Instrumentation
+
 __all__ = (
     "Client",
     "ClientClosedError",
@@ -61,7 +67,31 @@ __all__ = (
     "Semaphore",
     "SpinLock",
     "WriteLock",
+    "instrument_opentelemetry",
 )
+
+
+def instrument_opentelemetry(
+    client: Client,
+    meter_provider: MeterProvider | None = None,
+    tracer_provider: TracerProvider | None = None,
+    *,
+    name_attributes: bool = False,
+) -> Instrumentation:
+    """Record ``client``'s lock activity as OpenTelemetry metrics and spans.
+
+    Needs the ``aiolock[otel]`` extra (``opentelemetry-api``); the providers default to the
+    global ones (no-ops until an SDK is configured). Instruments: ``aiolock.acquire.wait``,
+    ``aiolock.hold.duration`` and ``aiolock.renewal.duration`` (histograms, seconds),
+    ``aiolock.held`` and ``aiolock.waiting`` (up-down counters), ``aiolock.lease.lost``
+    (counter); spans ``aiolock.acquire`` and ``aiolock.release``. Lock names become the
+    ``aiolock.lock.name`` attribute only with ``name_attributes=True``: they are unbounded.
+    Built on ``client.add_listener``; the returned handle's ``uninstrument()`` stops it.
+    """
+    from ._otel import instrument  # noqa: PLC0415 - opentelemetry only when asked for
+
+    return instrument(client, meter_provider, tracer_provider, name_attributes=name_attributes)
+
 
 # Tracebacks and reprs say aiolock.Lock, not aiolock._lock.Lock.
 for _name in __all__:

@@ -73,10 +73,7 @@ def emitter_alone(number: int = 200_000) -> dict[str, float]:
     """Seconds per hook call (an Acquired), no server: the pure CPU cost of one event."""
     results = {}
     for mode in MODES:
-        if mode == "none":
-            emitter = Emitter()
-        else:
-            emitter = Emitter(slow_wait=5.0, slow_hold=60.0)
+        emitter = Emitter() if mode == "none" else Emitter(slow_wait=5.0, slow_hold=60.0)
         if mode == "listener":
             emitter.add(_noop)
 

@@ -166,4 +166,9 @@ def from_redis_py(exc: Exception) -> Exception:
     if isinstance(exc, ResponseError) and str(exc).startswith("Protocol error: unauthenticated"):
         # redis-py dropped the "ERR " code, as it does for every code it knows.
         return error_reply(f"ERR {exc}")
+    if type(exc) is ResponseError:
+        # A code redis-py left unclassed keeps its text whole ("TRYAGAIN ...": before 5.1
+        # its plain client classes TRYAGAIN, CLUSTERDOWN and MASTERDOWN only in the cluster
+        # client): named as the direct wire names it, whatever redis-py's version.
+        return error_reply(str(exc))
     return exc

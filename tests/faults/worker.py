@@ -81,7 +81,9 @@ async def _held(handle: Handle) -> AsyncIterator[int | None]:
 
 
 # What a user's code sees when the server is unreachable for longer than the retries.
-_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError)
+# What a service catches around a lock's block when the server is unreachable: the
+# acquire's redis-py error, or the exit's ReleaseError (the work was done, the release not).
+_TRANSIENT = (RedisConnectionError, RedisTimeoutError, OSError, aiolock.ReleaseError)
 
 
 # The library's WARNINGs, told apart by a phrase each contains.

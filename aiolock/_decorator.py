@@ -16,9 +16,11 @@ import functools
 import inspect
 import string
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, Protocol, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeAlias, TypeVar
 
 from ._config import check_name, lease_seconds, wait_seconds
+from .events import KINDS as EVENT_KINDS
+from .events import Kind
 
 if TYPE_CHECKING:
     from ._fair_lock import FairLock
@@ -35,18 +37,9 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 #: The lock kinds ``locked(kind=...)`` takes: the client's factories of lock handles, and
-#: the views of both read-write locks.
-LockKind = Literal[
-    "lock",
-    "fair_lock",
-    "fenced_lock",
-    "spin_lock",
-    "read_lock",
-    "write_lock",
-    "fair_read_lock",
-    "fair_write_lock",
-]
-KINDS: tuple[str, ...] = get_args(LockKind)
+#: the views of both read-write locks (the kinds events name).
+LockKind: TypeAlias = Kind
+KINDS: tuple[str, ...] = EVENT_KINDS
 
 
 def check_kind(kind: object) -> LockKind:

@@ -97,18 +97,26 @@ class Wire:
         """
         self.inherited = True
         self.closed = True
+        self._let_go()
+
+    def _let_go(self) -> list[Any]:
+        """Mark the transports closed without closing them; redis-py forgets its streams.
+
+        Returns the transports (a TLS one and its socket's), for ``_abandon`` to close
+        their sockets itself.
+        """
         conn: Any = self._conn
         writer = getattr(conn, "_writer", None)
         transport = getattr(writer, "transport", None)
         below = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
-        for each in (transport, below):
-            if each is None:
-                continue
+        transports = [each for each in (transport, below) if each is not None]
+        for each in transports:
             if hasattr(each, "_closing"):  # a socket transport
                 each._closing = True
             if hasattr(each, "_closed"):  # a TLS transport over one
                 each._closed = True
         conn._reader = conn._writer = None
+        return transports
 
     def _abandon(self) -> None:
         """Its event loop is closed: close the socket without the loop.
@@ -121,22 +129,11 @@ class Wire:
         the dead loop too.
         """
         self.closed = True
-        conn: Any = self._conn
-        writer = getattr(conn, "_writer", None)
-        transport = getattr(writer, "transport", None)
-        below = getattr(getattr(transport, "_ssl_protocol", None), "_transport", None)
-        for each in (transport, below):
-            if each is None:
-                continue
-            if hasattr(each, "_closing"):  # a socket transport
-                each._closing = True
-            if hasattr(each, "_closed"):  # a TLS transport over one
-                each._closed = True
+        for each in self._let_go():
             sock = getattr(each, "_sock", None)
             if sock is not None:
                 sock.close()
                 each._sock = None
-        conn._reader = conn._writer = None
 
     @property
     def direct(self) -> bool:

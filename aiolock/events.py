@@ -20,7 +20,7 @@ Common fields:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import Literal, TypeAlias, get_args
 
 __all__ = (
     "KINDS",
@@ -46,16 +46,7 @@ Kind: TypeAlias = Literal[
     "fair_read_lock",
     "fair_write_lock",
 ]
-KINDS: tuple[Kind, ...] = (
-    "lock",
-    "fair_lock",
-    "fenced_lock",
-    "spin_lock",
-    "read_lock",
-    "write_lock",
-    "fair_read_lock",
-    "fair_write_lock",
-)
+KINDS: tuple[Kind, ...] = get_args(Kind)
 
 #: Why an acquire call ended without the lock (see :class:`AcquireFailed`).
 FailReason: TypeAlias = Literal["timeout", "cancelled", "closed", "error"]

@@ -307,16 +307,23 @@ async def test_watch_refreshes_until_interrupted(
         stderr=subprocess.PIPE,
     )
     assert proc.stdout is not None
-    async with asyncio.timeout(LIMIT):
-        first = json.loads(await proc.stdout.readline())
-        second = json.loads(await proc.stdout.readline())
-    assert first["object"]["holders"][0]["count"] == 1
-    assert second["at"] > first["at"]
-    proc.send_signal(signal.SIGINT)
-    async with asyncio.timeout(LIMIT):
-        _, err = await proc.communicate()
-    assert proc.returncode == 0
-    assert err == b""
+    try:
+        async with asyncio.timeout(LIMIT):
+            first = json.loads(await proc.stdout.readline())
+            second = json.loads(await proc.stdout.readline())
+        assert first["object"]["holders"][0]["count"] == 1
+        assert second["at"] > first["at"]
+        proc.send_signal(signal.SIGINT)
+        async with asyncio.timeout(LIMIT):
+            _, err = await proc.communicate()
+        assert proc.returncode == 0
+        assert err == b""
+    finally:
+        # Whatever failed above, the process and its pipes end here: left to the garbage
+        # collector, they would fail a later test with ResourceWarnings.
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
     await lock.unlock()
 
 

@@ -7,7 +7,9 @@ exit code (``EXIT_CODES``), never a traceback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -274,16 +276,18 @@ def watch(
     """
 
     async def body() -> int:
+        stop = _stop_on_ctrl_c()
         async with connected(url, cluster=cluster, sentinel=sentinel) as redis:
             inspector = Inspector(redis, key_prefix=key_prefix)
             if as_json:
-                while True:
+                while not stop.is_set():
                     info = await inspector.inspect(name)
                     click.echo(json.dumps({"at": time.time(), "object": info}))
                     sys.stdout.flush()
-                    await asyncio.sleep(interval)
+                    await _pause(stop, interval)
+                return 0
             with Live(console=_console(), auto_refresh=False) as live:
-                while True:
+                while not stop.is_set():
                     info = await inspector.inspect(name)
                     header = Text(
                         f"aiolock watch {name}  every {interval:g} s, Ctrl-C to stop  "
@@ -292,12 +296,42 @@ def watch(
                     )
                     view = object_view(info) if info is not None else Text("(does not exist)")
                     live.update(Group(header, view), refresh=True)
-                    await asyncio.sleep(interval)
+                    await _pause(stop, interval)
+            return 0
 
     try:
         sys.exit(_run(body))
     except KeyboardInterrupt:
         sys.exit(0)
+
+
+def _stop_on_ctrl_c() -> asyncio.Event:
+    """An event Ctrl-C sets; a second Ctrl-C interrupts at once (a server that hangs).
+
+    Watching ends at the next refresh, not by cancelling the command at whatever await
+    it is in: on Python 3.11 redis-py's ``asyncio.wait_for`` can swallow that cancel, and
+    the watch would go on for ever.
+    """
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def pressed() -> None:
+        if stop.is_set():
+            # Python's own handler again, and its KeyboardInterrupt now.
+            loop.remove_signal_handler(signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
+        stop.set()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        loop.add_signal_handler(signal.SIGINT, pressed)
+    return stop
+
+
+async def _pause(stop: asyncio.Event, interval: float) -> None:
+    """Wait ``interval`` seconds, or less if ``stop`` is set meanwhile."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(interval):
+            await stop.wait()
 
 
 def main(argv: list[str] | None = None) -> NoReturn:

@@ -287,6 +287,10 @@ async def test_force_unlock_asks_and_wakes_another_clients_waiter(
     )
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 async def test_watch_refreshes_until_interrupted(
     make_client: ClientFactory, redis_url: str, name: str
 ) -> None:
@@ -305,6 +309,10 @@ async def test_watch_refreshes_until_interrupted(
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # As a job started in the background by a shell without job control (CI) has it:
+        # SIGINT ignored, so Python installs no KeyboardInterrupt of its own and the watch
+        # must stop on Ctrl-C by itself (it went on for ever before).
+        preexec_fn=_ignore_sigint,
     )
     assert proc.stdout is not None
     try:

@@ -20,9 +20,10 @@ directory, checked with ``mypy --strict`` (mypy refuses top-level ``async with``
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ast
+import asyncio
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -36,6 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE_URL = "redis://localhost:6379/0"
 
 _FENCE = re.compile(r"^(?P<indent> *)(?P<fence>```+|~~~+)\s*(?P<info>[^\n`]*)$")
+_SNIPPET = re.compile(r'^--8<-- "(?P<path>[^":]+)(?::(?P<section>\w+))?"$')
 _MARK = re.compile(r"<!--\s*docs-test:\s*(?P<what>skip|requires\s+(?P<module>[\w.]+))\s*-->")
 
 
@@ -84,7 +86,7 @@ def blocks(page: Path) -> list[Block]:
             end += 1
         if language == "python":
             mark = _MARK.search(lines[at - 1]) if at else None
-            body = "\n".join(line[indent:] for line in lines[at + 1 : end])
+            body = "\n".join(_expand(line[indent:]) for line in lines[at + 1 : end])
             found.append(
                 Block(
                     page,
@@ -98,6 +100,20 @@ def blocks(page: Path) -> list[Block]:
     return found
 
 
+def _expand(line: str) -> str:
+    """A pymdownx.snippets line (``--8<-- "path:section"``) as the lines it includes."""
+    snippet = _SNIPPET.match(line.strip())
+    if snippet is None:
+        return line
+    text = (ROOT / snippet["path"]).read_text()
+    if snippet["section"]:
+        start = f"# --8<-- [start:{snippet['section']}]\n"
+        text = text[
+            text.index(start) + len(start) : text.index(f"# --8<-- [end:{snippet['section']}]")
+        ]
+    return text.rstrip("\n")
+
+
 def _compile(block: Block, url: str) -> Any:
     # Blank lines keep tracebacks on the page's own line numbers.
     source = "\n" * (block.line - 1) + block.code.replace(EXAMPLE_URL, url)
@@ -109,19 +125,27 @@ def run_page(page_blocks: list[Block], url: str) -> list[str]:
     skipped: list[str] = []
     namespace: dict[str, Any] = {"__name__": "__docs__"}
     loop = asyncio.new_event_loop()
+    # Examples that read REDIS_URL (the framework quick starts, aiolock.testing) find the
+    # test server there.
+    saved = os.environ.get("REDIS_URL")
+    os.environ["REDIS_URL"] = url
     try:
         for block in page_blocks:
             why = block.missing()
             if why is not None:
                 skipped.append(f"{block.where}: {why}")
                 continue
-            result = eval(_compile(block, url), namespace)  # noqa: S307 - the docs' own code
+            result = eval(_compile(block, url), namespace)  # the docs' own code
             if asyncio.iscoroutine(result):
                 loop.run_until_complete(result)
         loop.run_until_complete(_close_clients(namespace))
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+        if saved is None:
+            del os.environ["REDIS_URL"]
+        else:
+            os.environ["REDIS_URL"] = saved
     return skipped
 
 

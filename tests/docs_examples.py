@@ -174,14 +174,18 @@ def type_check(extra_args: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="aiolock-docs-") as tmp:
         files: list[str] = []
         for page in pages():
-            page_blocks = blocks(page)
+            # A block needing a module this environment lacks cannot be checked either.
+            page_blocks = [b for b in blocks(page) if b.requires is None or not b.missing()]
             if not page_blocks:
                 continue
             stem = re.sub(r"\W", "_", str(page.relative_to(ROOT).with_suffix("")))
             path = Path(tmp) / f"docs_{stem}.py"
             path.write_text(as_module(page_blocks))
             files.append(str(path))
-        command = [sys.executable, "-m", "mypy", "--strict", "--config-file", "/dev/null"]
+        command = [sys.executable, "-m", "mypy", "--strict", "--config-file", ""]
+        # One page is one function: the README's FastAPI and aiohttp quick starts both
+        # name their ``app``. redis-py's Sentinel() has no annotations.
+        command += ["--allow-redefinition", "--untyped-calls-exclude", "redis"]
         command += [*extra_args, *files]
         return subprocess.run(command, check=False).returncode
 

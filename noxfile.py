@@ -156,3 +156,21 @@ def bench(session: nox.Session) -> None:
     """Run the benchmarks against the installed wheel; arguments after ``--`` go to them."""
     bench_args = _install_wheel(session, "bench")
     session.run("python", "-m", "benchmarks", *bench_args)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """Build the documentation site with ``mkdocs build --strict`` (into ``site/``, or the
+    directory given after ``--``) and type-check its examples with ``mypy --strict``; the
+    test suite runs them (tests/test_docs_examples.py)."""
+    args = _install_wheel(session, "docs")
+    session.run("python", "-m", "tests.docs_examples", "--mypy")
+    # Material's notice about its own end of life is printed on every build: not ours.
+    session.run(
+        "mkdocs",
+        "build",
+        "--strict",
+        "--site-dir",
+        *(args or ["site"]),
+        env={"NO_MKDOCS_2_WARNING": "1"},
+    )

@@ -46,6 +46,7 @@ Kind: TypeAlias = Literal[
     "fair_read_lock",
     "fair_write_lock",
 ]
+#: Every :data:`Kind`, in declaration order (read off the literal, not written out again).
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 #: Why an acquire call ended without the lock (see :class:`AcquireFailed`).

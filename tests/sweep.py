@@ -941,6 +941,7 @@ class _Case:
                 self.fail(f"lease entries {sorted(leases)} for holds {holds}")
             queued = await raw.lrange(prefixed("aiolock_frw_queue", name), 0, -1)
             deadlines = await raw.zrange(prefixed("aiolock_frw_deadlines", name), 0, -1)
+            queued += await raw.zrange(prefixed("aiolock_frw_admitted", name), 0, -1)
             if queued or deadlines:
                 self.fail(f"fair read-write queue {queued} / deadlines {deadlines} left behind")
 

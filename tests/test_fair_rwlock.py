@@ -28,6 +28,7 @@ def keys(name: str) -> dict[str, str]:
         "leases": f"aiolock_frw_leases:{{{name}}}",
         "queue": f"aiolock_frw_queue:{{{name}}}",
         "deadlines": f"aiolock_frw_deadlines:{{{name}}}",
+        "admitted": f"aiolock_frw_admitted:{{{name}}}",
     }
 
 
@@ -162,7 +163,7 @@ def _script_keys(name: str, call: str) -> list[str]:
     k = keys(name)
     channel = f"aiolock_frw__channel:{{{name}}}"
     tombstone = f"aiolock_acquire_cancel:{{{name}}}:{call}"
-    return [k["state"], k["leases"], k["queue"], k["deadlines"], channel, tombstone]
+    return [k["state"], k["leases"], k["queue"], k["deadlines"], channel, tombstone, k["admitted"]]
 
 
 def _first_hold(field: str) -> list[str | int]:

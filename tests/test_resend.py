@@ -38,9 +38,9 @@ async def proxied(proxy: FaultProxy, raw: Redis) -> AsyncIterator[aiolock.Client
 
 def frw_keys(name: str) -> list[str]:
     """Every key of the fair read-write lock ``name``."""
-    return [f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw", "aiolock_frw_leases")] + [
-        f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw_queue", "aiolock_frw_deadlines", "aiolock_frw_admitted")
-    ]
+    prefixes = ["aiolock_frw", "aiolock_frw_leases", "aiolock_frw_queue"]
+    prefixes += ["aiolock_frw_deadlines", "aiolock_frw_admitted"]
+    return [f"{prefix}:{{{name}}}" for prefix in prefixes]
 
 
 def frw_side(

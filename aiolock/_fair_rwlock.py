@@ -14,7 +14,13 @@ Layout (all keys in the name's hash slot; no Redisson object uses these names):
   a dead reader never holds a writer up for longer than its own lease;
 * ``aiolock_frw_queue:{name}``: list of the waiters (the same ``r:``/``w:`` strings), in
   arrival order, and ``aiolock_frw_deadlines:{name}``: sorted set, waiter -> when it is
-  dropped unless it tries again before (a waiter of a dead client leaves by itself);
+  dropped unless it tries again before (a waiter of a dead client is dropped within
+  ``watchdog_timeout``);
+* ``aiolock_frw_admitted:{name}``: sorted set, the readers let in together from the head
+  of the queue (popped from the list by the first of them to try) that have not taken
+  their hold yet -> their deadline: each finds itself there in O(1), and a writer waits
+  until it is empty (an older aiolock on the same name ignores it, see
+  ``fragments/frw_admit.lua``);
 * ``aiolock_frw__channel:{name}``: ``1`` whenever someone may get in (a release, a waiter
   leaving, readers let in with more readers next); every local waiter looks again.
 """
@@ -41,7 +47,7 @@ __all__ = ("FairReadLock", "FairReadWriteLock", "FairWriteLock")
 class _FairSide(Primitive):
     """One side of the fair read-write lock; the two differ by their field's prefix."""
 
-    __slots__ = ("chan", "deadlines", "leases", "queue")
+    __slots__ = ("admitted", "chan", "deadlines", "leases", "queue")
 
     leaves_queue = True
     # Every message may let any waiter in (the queue decides who): wake them all.
@@ -56,6 +62,7 @@ class _FairSide(Primitive):
         self.leases = prefixed("aiolock_frw_leases", base)
         self.queue = prefixed("aiolock_frw_queue", base)
         self.deadlines = prefixed("aiolock_frw_deadlines", base)
+        self.admitted = prefixed("aiolock_frw_admitted", base)
         self.chan = prefixed("aiolock_frw__channel", base)
 
     def field(self, holder: str) -> str:
@@ -76,12 +83,19 @@ class _FairSide(Primitive):
 
     @property
     def _queued_ms(self) -> int:
-        # A waiter tries again at least every half of this (the scripts' wait cap), so
-        # only a waiter whose client is gone, or cut off that long, is dropped.
-        return round(self.settings.ttl_cap * 2000)
+        # A waiter not seen for this long is dropped: two thirds of watchdog_timeout, so
+        # that with the sleep it takes to notice (at most _retry_ms, below) a dead
+        # client's waiter holds those behind it up for less than watchdog_timeout.
+        return round(self.settings.ttl_cap * 2000 / 3)
+
+    @property
+    def _retry_ms(self) -> int:
+        # A live waiter tries again (refreshing its deadline) at least this often: about
+        # three times per _queued_ms, so a stalled loop or a lost reply is not fatal.
+        return round(self.settings.ttl_cap * 250)
 
     def _keys(self, last: str) -> list[str]:
-        return [self.key, self.leases, self.queue, self.deadlines, self.chan, last]
+        return [self.key, self.leases, self.queue, self.deadlines, self.chan, last, self.admitted]
 
     def acquire(self, call: Call, target: int, tombstone: str) -> Invocation:
         return Invocation(
@@ -94,7 +108,7 @@ class _FairSide(Primitive):
                 "0" if call.wait == 0 else "1",
                 self._queued_ms,
                 self.settings.publish,
-                self._queued_ms // 4,
+                self._retry_ms,
             ],
         )
 
@@ -111,7 +125,7 @@ class _FairSide(Primitive):
             return None  # try_lock(wait=0) never queues
         invocation = Invocation(
             load_script("frw_leave"),
-            [self.queue, self.deadlines, self.chan],
+            [self.queue, self.deadlines, self.chan, self.admitted],
             [call.field, self.settings.publish],
         )
         return invocation, self._queued_ms

@@ -941,8 +941,12 @@ class _Case:
                 self.fail(f"lease entries {sorted(leases)} for holds {holds}")
             queued = await raw.lrange(prefixed("aiolock_frw_queue", name), 0, -1)
             deadlines = await raw.zrange(prefixed("aiolock_frw_deadlines", name), 0, -1)
-            if queued or deadlines:
-                self.fail(f"fair read-write queue {queued} / deadlines {deadlines} left behind")
+            admitted = await raw.zrange(prefixed("aiolock_frw_admitted", name), 0, -1)
+            if queued or deadlines or admitted:
+                self.fail(
+                    f"fair read-write queue {queued} / deadlines {deadlines} / admitted "
+                    f"{admitted} left behind"
+                )
 
     async def follow_up(self, forced: bool) -> None:
         """Invariant 3: the rival lets go, then the holder's next calls work."""

@@ -7,6 +7,7 @@ The lock methods of both views are in the conformance suite.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from functools import partial
 from typing import Any
 
@@ -17,6 +18,7 @@ import aiolock
 from aiolock._scripts import load_script
 
 from .conftest import ClientFactory
+from .faultproxy import FaultProxy
 from .helpers import cancel_at, quiesce, wait_until
 
 LIMIT = 10.0
@@ -28,6 +30,7 @@ def keys(name: str) -> dict[str, str]:
         "leases": f"aiolock_frw_leases:{{{name}}}",
         "queue": f"aiolock_frw_queue:{{{name}}}",
         "deadlines": f"aiolock_frw_deadlines:{{{name}}}",
+        "admitted": f"aiolock_frw_admitted:{{{name}}}",
     }
 
 
@@ -162,7 +165,7 @@ def _script_keys(name: str, call: str) -> list[str]:
     k = keys(name)
     channel = f"aiolock_frw__channel:{{{name}}}"
     tombstone = f"aiolock_acquire_cancel:{{{name}}}:{call}"
-    return [k["state"], k["leases"], k["queue"], k["deadlines"], channel, tombstone]
+    return [k["state"], k["leases"], k["queue"], k["deadlines"], channel, tombstone, k["admitted"]]
 
 
 def _first_hold(field: str) -> list[str | int]:
@@ -269,4 +272,45 @@ async def test_a_waiter_that_gives_up_or_is_cancelled_leaves_the_queue(
     reader = b.fair_read_write_lock(name, owner="r").read_lock()
     assert await reader.try_lock()
     await reader.unlock()
+    await holder.unlock()
+
+
+async def test_a_dead_waiter_is_dropped_within_watchdog_timeout(
+    proxy: FaultProxy, make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """A queued writer whose client is cut off (it can neither try again nor leave) stops
+    holding up the reader behind it within watchdog_timeout: its entry's deadline is less
+    than that after it was last seen, and the reader's next try, due before then, drops it."""
+    holder = make_client(watchdog_timeout=1).fair_read_write_lock(name).read_lock()
+    await holder.lock()
+    dead = aiolock.Client.from_url(proxy.url, watchdog_timeout=1)
+    writer = dead.fair_read_write_lock(name).write_lock()
+    task = asyncio.create_task(writer.lock())
+    entry = f"w:{dead.id}:"
+
+    async def dead_queued() -> bool:
+        return any(e.startswith(entry) for e in await queued(raw, name))
+
+    await wait_until(dead_queued)
+    proxy.cut()
+    try:
+        seconds, micros = await raw.time()
+        cut_ms = seconds * 1000 + micros // 1000
+        entries = await raw.zrange(keys(name)["deadlines"], 0, -1, withscores=True)
+        assert len(entries) == 1
+        field, deadline = str(entries[0][0]), float(entries[0][1])
+        assert field.startswith(entry)
+        assert deadline - cut_ms <= 1000  # watchdog_timeout
+        reader = make_client(watchdog_timeout=1).fair_read_write_lock(name).read_lock()
+        async with asyncio.timeout(LIMIT):
+            await reader.lock()  # not hung: the dead writer was dropped
+        assert not await dead_queued()
+        assert await raw.zscore(keys(name)["deadlines"], field) is None
+        await reader.unlock()
+    finally:
+        await proxy.restore()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await dead.aclose()
     await holder.unlock()

@@ -38,9 +38,9 @@ async def proxied(proxy: FaultProxy, raw: Redis) -> AsyncIterator[aiolock.Client
 
 def frw_keys(name: str) -> list[str]:
     """Every key of the fair read-write lock ``name``."""
-    return [f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw", "aiolock_frw_leases")] + [
-        f"{prefix}:{{{name}}}" for prefix in ("aiolock_frw_queue", "aiolock_frw_deadlines")
-    ]
+    prefixes = ["aiolock_frw", "aiolock_frw_leases", "aiolock_frw_queue"]
+    prefixes += ["aiolock_frw_deadlines", "aiolock_frw_admitted"]
+    return [f"{prefix}:{{{name}}}" for prefix in prefixes]
 
 
 def frw_side(
@@ -281,8 +281,8 @@ async def test_fair_rw_leave_whose_reply_was_lost_is_resent(
     assert not await frw_side(proxied, name, "w").try_lock(wait=0.3)
     await quiesce(proxied)
     assert drop.executed.is_set()
-    _, _, queue, deadlines = frw_keys(name)
-    assert await raw.exists(queue, deadlines) == 0
+    _, _, queue, deadlines, admitted = frw_keys(name)
+    assert await raw.exists(queue, deadlines, admitted) == 0
     reader = make_client().fair_read_write_lock(name).read_lock()
     assert await reader.try_lock(wait=0)
     await reader.unlock()

@@ -11,6 +11,7 @@
 -- KEYS[4]  deadlines "aiolock_frw_deadlines:{name}"
 -- KEYS[5]  channel "aiolock_frw__channel:{name}"
 -- KEYS[6]  cancel tombstone of this acquire call (written by frw_rollback.lua)
+-- KEYS[7]  admitted "aiolock_frw_admitted:{name}" (see fragments/frw_admit.lua)
 -- ARGV[1]  lease in ms
 -- ARGV[2]  the field: "r:<holder>" or "w:<holder>"
 -- ARGV[3]  the count this holder has once this call succeeds (its local count + 1)
@@ -26,16 +27,20 @@
 --
 -- Re-entry is never queued: a holder takes its own side again at once, and a writer may
 -- take the read side too. A new read hold needs no write hold of another holder and no
--- writer queued ahead of it; a new write hold needs no hold at all, and to be at the head
--- of the queue (or the queue empty). A reader let in with a reader next in the queue
--- publishes, so that the readers at the head come in together. Anything purged (a lease
--- ran out, a waiter gone) publishes too: someone may get in now.
+-- writer queued ahead of it: the reader was admitted with the readers at the head of the
+-- queue (fragments/frw_admit.lua), or the queue is empty. A new write hold needs no hold
+-- at all, no admitted reader still to come in, and to be at the head of the queue (or the
+-- queue empty). A reader that admits others publishes, so that they come in together.
+-- Anything purged (a lease ran out, a waiter gone) publishes too: someone may get in now.
+-- Every attempt is O(1) in the queue length (O(log) for the sorted sets), except that a
+-- reader pops at most 100 readers at the head and a dead waiter is LREMed once.
 
 --@include times
 --@include clock
 --@include frw_settle
 --@include frw_purge
 --@include frw_hint
+--@include frw_admit
 --@include settled
 check_ms(ARGV[1], ARGV[5])
 
@@ -53,15 +58,15 @@ end
 
 -- The common case first: a first hold (ARGV[3] is 1) on a lock nobody holds or queues for,
 -- for a call not rolled back. With the state, the leases, the queue, the deadlines and the
--- tombstone all absent, the general path below purges nothing, publishes nothing and grants
+-- tombstone and the admitted set all absent, the general path below purges nothing, publishes nothing and grants
 -- the hold, in about seventeen calls; one EXISTS, the HSET and hold() do the same.
-if ARGV[3] == '1' and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6]) == 0 then
+if ARGV[3] == '1' and redis.call('exists', KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[6], KEYS[7]) == 0 then
     local mode = string.sub(ARGV[2], 1, 2) == 'r:' and 'read' or 'write'
     redis.call('hset', KEYS[1], 'mode', mode, ARGV[2], 1)
     return hold(1)
 end
 
-if frw_purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], now) then
+if frw_purge(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[7], now) then
     redis.call(ARGV[6], KEYS[5], '1')
 end
 
@@ -82,48 +87,55 @@ end
 local reading = string.sub(ARGV[2], 1, 2) == 'r:'
 local holder = string.sub(ARGV[2], 3)
 local mode = redis.call('hget', KEYS[1], 'mode')
-local granted = false
+local granted, popped = false, false
 if reading then
     if redis.call('hexists', KEYS[1], 'w:' .. holder) == 1 then
         granted = true
     elseif mode ~= 'write' then
-        granted = true
-        local waiting = redis.call('lrange', KEYS[3], 0, -1)
-        for i = 1, #waiting do
-            if waiting[i] == ARGV[2] then
-                break
+        if redis.call('zscore', KEYS[7], ARGV[2]) then
+            granted = true
+        else
+            local others
+            popped, others = frw_admit(KEYS[3], KEYS[4], KEYS[7], ARGV[2])
+            if others then
+                redis.call(ARGV[6], KEYS[5], '1')
             end
-            if string.sub(waiting[i], 1, 2) == 'w:' then
-                granted = false
-                break
-            end
+            -- Not queued (or its entry lost to an older aiolock's admission): only with
+            -- no waiter left ahead.
+            granted = popped or redis.call('llen', KEYS[3]) == 0
         end
     end
 elseif not mode then
     local head = redis.call('lindex', KEYS[3], 0)
-    granted = not head or head == ARGV[2]
+    granted = (not head or head == ARGV[2]) and not frw_admitted(KEYS[7], KEYS[4])
 end
 
 if granted then
-    if redis.call('zrem', KEYS[4], ARGV[2]) == 1 then
-        redis.call('lrem', KEYS[3], 1, ARGV[2])
+    if redis.call('zrem', KEYS[4], ARGV[2]) == 1 and not popped then
+        if redis.call('zrem', KEYS[7], ARGV[2]) == 0 then
+            -- A writer at the head, or a reader that also holds the write lock.
+            if redis.call('lindex', KEYS[3], 0) == ARGV[2] then
+                redis.call('lpop', KEYS[3])
+            else
+                redis.call('lrem', KEYS[3], 1, ARGV[2])
+            end
+        end
     end
     if mode ~= 'write' then
         redis.call('hset', KEYS[1], 'mode', reading and 'read' or 'write')
-    end
-    local next_waiter = redis.call('lindex', KEYS[3], 0)
-    if reading and next_waiter and string.sub(next_waiter, 1, 2) == 'r:' then
-        redis.call(ARGV[6], KEYS[5], '1')
     end
     return hold(redis.call('hincrby', KEYS[1], ARGV[2], 1))
 end
 
 if ARGV[4] == '1' then
-    if redis.call('zadd', KEYS[4], now + tonumber(ARGV[5]), ARGV[2]) == 1 then
+    local deadline = now + tonumber(ARGV[5])
+    if redis.call('zadd', KEYS[4], deadline, ARGV[2]) == 1 then
         redis.call('rpush', KEYS[3], ARGV[2])
     end
-    for _, key in ipairs({KEYS[3], KEYS[4]}) do
+    -- An admitted reader kept out by a writer of an older aiolock keeps its entry fresh.
+    redis.call('zadd', KEYS[7], 'xx', deadline, ARGV[2])
+    for _, key in ipairs({KEYS[3], KEYS[4], KEYS[7]}) do
         redis.call('pexpire', key, ARGV[5])
     end
 end
-return {0, frw_hint(KEYS[2], KEYS[3], KEYS[4], now, tonumber(ARGV[7]))}
+return {0, frw_hint(KEYS[2], KEYS[3], KEYS[4], KEYS[7], now, tonumber(ARGV[7]))}

@@ -4,6 +4,8 @@
 -- KEYS[1]  queue "aiolock_frw_queue:{name}"
 -- KEYS[2]  deadlines "aiolock_frw_deadlines:{name}"
 -- KEYS[3]  channel "aiolock_frw__channel:{name}"
+-- KEYS[4]  admitted "aiolock_frw_admitted:{name}": an admitted reader is no longer in the
+--          list (see fragments/frw_admit.lua)
 -- ARGV[1]  the waiter: "r:<holder>" or "w:<holder>"
 -- ARGV[2]  publish command: PUBLISH or SPUBLISH
 --
@@ -12,6 +14,8 @@
 if redis.call('zrem', KEYS[2], ARGV[1]) == 0 then
     return 0
 end
-redis.call('lrem', KEYS[1], 0, ARGV[1])
+if redis.call('zrem', KEYS[4], ARGV[1]) == 0 then
+    redis.call('lrem', KEYS[1], 0, ARGV[1])
+end
 redis.call(ARGV[2], KEYS[3], '1')
 return 1

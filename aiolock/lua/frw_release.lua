@@ -32,7 +32,7 @@ local function release()
     redis.call(ARGV[3], KEYS[5], '1')
     redis.call('hdel', KEYS[1], ARGV[1])
     redis.call('zrem', KEYS[2], ARGV[1])
-    local mode = frw_settle(KEYS[1], KEYS[2])
+    local mode = frw_settle(KEYS[1], KEYS[2], string.sub(ARGV[1], 1, 2) == 'w:')
     if mode == 'read' and string.sub(ARGV[1], 1, 2) == 'w:' then
         return 2
     end

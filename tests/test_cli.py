@@ -198,6 +198,8 @@ async def test_inspect_and_list_read_both_layouts(
     assert frw["mode"] == "write"
     assert [(h["client"], h["side"]) for h in frw["holders"]] == [(a.id, "write")]
     assert [(w["position"], w["client"], w["side"]) for w in frw["queue"]] == [(1, b.id, "read")]
+    # A reader queued behind a writer's hold is not let in yet.
+    assert frw["admitted"] == []
     assert frw["waiters_subscribed"] == 1
 
     latch = found[f"{base}:latch"]

@@ -78,7 +78,15 @@ _SKIPPED_PREFIXES = (
     "aiolock_acquire_cancel:",
     "aiolock_frw_leases:",
     "aiolock_frw_deadlines:",
+    "aiolock_frw_admitted:",
 )
+
+
+def _pairs(reply: list[Any]) -> list[tuple[Any, Any]]:
+    """A WITHSCORES reply as (member, score) pairs: flat on RESP2, nested on RESP3."""
+    if reply and isinstance(reply[0], (list, tuple)):
+        return [(member, score) for member, score in reply]
+    return list(zip(reply[::2], reply[1::2], strict=True))
 
 
 class UnknownKindError(Exception):
@@ -345,6 +353,17 @@ class Inspector:
                     "timeout_in": _until(None if score is None else float(score), now_ms),
                 }
             )
+        # Readers let in together from the head of the queue, each yet to take its hold
+        # (score: the waiter's deadline; they have left the queue list).
+        admitted = prefixed("aiolock_frw_admitted", key)
+        info["admitted"] = [
+            {
+                **decode_holder(_text(waiter).partition(":")[2]),
+                "side": "read",
+                "timeout_in": _until(float(score), now_ms),
+            }
+            for waiter, score in _pairs(await self._do("ZRANGE", admitted, 0, -1, "WITHSCORES"))
+        ]
         info["channel"] = prefixed("aiolock_frw__channel", key)
         info["waiters_subscribed"] = await self.subscribers(info["channel"])
 

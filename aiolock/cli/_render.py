@@ -50,6 +50,8 @@ def _summary(info: dict[str, Any]) -> Table:
     table.add_row("lease left", seconds(info["lease_left"]))
     if info["queue"]:
         table.add_row("queued", str(len(info["queue"])))
+    if info.get("admitted"):
+        table.add_row("readers let in, yet to hold", str(len(info["admitted"])))
     table.add_row("waiters subscribed", str(info["waiters_subscribed"]))
     return table
 

@@ -13,36 +13,36 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._affinity import Affinity
-from ._background import Background
-from ._cancel import cancel_mark, cancelled_since
-from ._cluster import Address, Cluster, ClusterPubSub, Connector, node_connector, seeds_of
 from ._config import ClientOptions, Settings, TimeArg, lease_seconds
-from ._count_down_latch import CountDownLatch
-from ._decorator import LockKind, locked
-from ._engine import Engine
+from ._engine.affinity import Affinity
+from ._engine.background import Background
+from ._engine.cancel import cancel_mark, cancelled_since
+from ._engine.engine import Engine
+from ._engine.holders import HolderIds
+from ._engine.holds import HoldRegistry
+from ._engine.latches import LatchSweeper
+from ._engine.ordering import CallOrder
+from ._engine.renewal import RenewalService
+from ._engine.waiting import WaitingRoom
 from ._events import Emitter, Listener
-from ._fair_lock import FairLock
-from ._fair_rwlock import FairReadWriteLock
-from ._fenced import FencedLock
-from ._holders import HolderIds
-from ._holds import HoldRegistry
-from ._latches import LatchSweeper
-from ._leader import Leader
-from ._lock import Lock
-from ._ordering import CallOrder
-from ._permit_expirable_semaphore import PermitExpirableSemaphore
-from ._pubsub import Dispatcher, PubSub
-from ._renewal import RenewalService
-from ._rwlock import ReadWriteLock
-from ._scripts import ScriptRunner
-from ._semaphore import Semaphore
-from ._sentinel import SentinelWatch
-from ._spin import SpinLock
-from ._topology import OneServer
-from ._transport import CommandTransport
-from ._waiting import WaitingRoom
-from ._wire import abandon_loop
+from ._net.cluster import Address, Cluster, ClusterPubSub, Connector, node_connector, seeds_of
+from ._net.pubsub import Dispatcher, PubSub
+from ._net.scripts import ScriptRunner
+from ._net.sentinel import SentinelWatch
+from ._net.topology import OneServer
+from ._net.transport import CommandTransport
+from ._net.wire import abandon_loop
+from ._objects.count_down_latch import CountDownLatch
+from ._objects.decorator import LockKind, locked
+from ._objects.fair_lock import FairLock
+from ._objects.fair_rwlock import FairReadWriteLock
+from ._objects.fenced import FencedLock
+from ._objects.leader import Leader
+from ._objects.lock import Lock
+from ._objects.permit_expirable_semaphore import PermitExpirableSemaphore
+from ._objects.rwlock import ReadWriteLock
+from ._objects.semaphore import Semaphore
+from ._objects.spin import SpinLock
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine

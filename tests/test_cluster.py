@@ -20,7 +20,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 import aiolock
-from aiolock._cluster import Cluster
+from aiolock._net.cluster import Cluster
 
 from .clusters import assert_nothing_left, names_on_every_primary, node_redis
 from .helpers import wait_until

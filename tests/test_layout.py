@@ -11,15 +11,27 @@ import aiolock
 PACKAGE = Path(aiolock.__file__).parent
 
 
+def _module_name(path: Path) -> str:
+    """The dotted name of a module of the package, relative to the package ("_net.wire")."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
 def _imports() -> dict[str, set[str]]:
     """Each module of the package and the package modules it imports (type-only too)."""
     graph: dict[str, set[str]] = {}
-    for path in PACKAGE.glob("*.py"):
+    for path in PACKAGE.rglob("*.py"):
+        name = _module_name(path)
+        package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
         names: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text("utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                names.add(node.module)
-        graph[path.stem] = names
+            if isinstance(node, ast.ImportFrom) and node.level >= 1:
+                base = package[: len(package) - (node.level - 1)]
+                if node.module:
+                    names.add(".".join([*base, node.module]))
+                else:
+                    names.update(".".join([*base, alias.name]) for alias in node.names)
+        graph[name] = names
     return graph
 
 
@@ -45,7 +57,7 @@ def test_no_reach_into_the_client() -> None:
     reach = re.compile(r"(self\._client|client)\._[a-z]")
     found = [
         f"{path.name}:{number}"
-        for path in PACKAGE.glob("*.py")
+        for path in PACKAGE.rglob("*.py")
         if path.name != "_client.py"
         for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
         if reach.search(line)

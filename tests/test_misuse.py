@@ -24,10 +24,10 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 import aiolock
-from aiolock._fair_lock import FairPrimitive
-from aiolock._handle import LockHandle
+from aiolock._engine.primitive import Call
 from aiolock._keys import prefixed
-from aiolock._primitive import Call
+from aiolock._objects.fair_lock import FairPrimitive
+from aiolock._objects.handle import LockHandle
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory

@@ -8,11 +8,11 @@ from collections import deque
 from redis.asyncio import Redis
 
 import aiolock
+from aiolock._engine.primitive import lock_wake_count
+from aiolock._engine.waiting import Waiter, WaitingRoom, WakeCount
 from aiolock._keys import lock_channel
-from aiolock._primitive import lock_wake_count
-from aiolock._pubsub import Dispatcher, _Channel
-from aiolock._rwlock import rwlock_wake_count
-from aiolock._waiting import Waiter, WaitingRoom, WakeCount
+from aiolock._net.pubsub import Dispatcher, _Channel
+from aiolock._objects.rwlock import rwlock_wake_count
 
 from .conftest import ClientFactory
 from .helpers import subscriptions_confirmed, wait_until

@@ -23,6 +23,7 @@ from ._engine.holds import HoldRegistry
 from ._engine.latches import LatchSweeper
 from ._engine.ordering import CallOrder
 from ._engine.renewal import RenewalService
+from ._engine.services import Services
 from ._engine.waiting import WaitingRoom
 from ._events import Emitter, Listener
 from ._net.cluster import Address, Cluster, ClusterPubSub, Connector, node_connector, seeds_of
@@ -182,7 +183,7 @@ class Client:
             ids=HolderIds(self.id),
             affinity=self._affinity,
             events=self._events,
-            **self._services(),
+            services=self._services(),
         )
 
     def _build(self) -> None:
@@ -265,18 +266,18 @@ class Client:
         # Each holder's calls on each lock, one after the other (see _ordering.py).
         self._order = CallOrder()
 
-    def _services(self) -> dict[str, Any]:
+    def _services(self) -> Services:
         """What the engine uses of the pieces :meth:`_build` made."""
-        return {
-            "runner": self._runner,
-            "holds": self._holds,
-            "renewal": self._renewal,
-            "order": self._order,
-            "waiting": self._waiting,
-            "dispatcher": self._pubsub,
-            "background": self._background,
-            "latches": self._latches,
-        }
+        return Services(
+            runner=self._runner,
+            holds=self._holds,
+            renewal=self._renewal,
+            order=self._order,
+            waiting=self._waiting,
+            dispatcher=self._pubsub,
+            background=self._background,
+            latches=self._latches,
+        )
 
     def _rebind(self, dead: asyncio.AbstractEventLoop) -> None:
         """Move the client to a new event loop, the one it first used being closed.
@@ -299,7 +300,7 @@ class Client:
                 )
         abandon_loop(dead)
         self._build()
-        self._engine.attach(**self._services())
+        self._engine.attach(self._services())
 
     @classmethod
     def from_url(

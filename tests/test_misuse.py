@@ -631,7 +631,7 @@ async def _set_up_publishing(
     holder = engine.holder(handle._owner)[0]
     # The call the engine would make for a lock() by this holder.
     call = Call(holder, None, p.field(holder), engine.settings.lease_ms, None, None, None, 0)
-    run = handle._engine._runner.run
+    run = handle._engine.services.runner.run
     if operation != "leave":
         await handle.lock()
     if isinstance(handle, aiolock.FairLock):

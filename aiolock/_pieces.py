@@ -23,9 +23,10 @@ from ._engine.renewal import RenewalService
 from ._engine.services import Services
 from ._engine.waiting import WaitingRoom
 from ._net.cluster import Address, Cluster, ClusterPubSub, Connector
-from ._net.pubsub import Dispatcher, PubSub
+from ._net.pubsub import Dispatcher
 from ._net.scripts import ScriptRunner
 from ._net.sentinel import SentinelWatch
+from ._net.subscriptions import PubSub
 from ._net.topology import OneServer
 from ._net.transport import CommandTransport
 

@@ -29,7 +29,7 @@ from .release import Releases
 from .replies import script_error
 
 if TYPE_CHECKING:
-    from .._net.pubsub import Subscription
+    from .._net.subscriptions import Subscription
     from .core import Core
     from .primitive import Primitive
     from .waiting import Waiter

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .._net.pubsub import PubSub
     from .._net.scripts import ScriptRunner
+    from .._net.subscriptions import PubSub
     from .background import Background
     from .holds import HoldRegistry
     from .latches import LatchSweeper

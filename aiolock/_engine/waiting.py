@@ -17,11 +17,13 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._net.subscriptions import wait_event
+
 if TYPE_CHECKING:
     from .handover import Offer
     from .primitive import Call, Primitive
 
-__all__ = ("SETTLES", "Waiter", "WaitingRoom", "WakeCount", "wait_event")
+__all__ = ("SETTLES", "Waiter", "WaitingRoom", "WakeCount")
 
 #: How many exclusive waiters a message wakes (``None``: all of them). Every message also
 #: wakes every shared waiter: what lets one of them in lets them all in.
@@ -79,20 +81,6 @@ class Waiter:
     async def wait(self, limit: float | None) -> bool:
         """Wait until woken or ``limit`` seconds passed; True if woken."""
         return await wait_event(self.event, limit)
-
-
-async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
-    """Wait for ``event`` at most ``limit`` seconds (None: no limit); True if it is set."""
-    if event.is_set():
-        return True
-    if limit is not None and limit <= 0:
-        return False
-    try:
-        async with asyncio.timeout(limit):
-            await event.wait()
-    except TimeoutError:
-        return False
-    return True
 
 
 class _Line:

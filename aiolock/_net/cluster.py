@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     from redis.exceptions import AskError
 
     from .._events import Emitter
-    from .pubsub import Dispatcher, Subscription
+    from .pubsub import Dispatcher
+    from .subscriptions import Subscription
 
 __all__ = (
     "Cluster",

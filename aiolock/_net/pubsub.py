@@ -2,11 +2,11 @@
 
 State changes (counting subscribers, handling a reply) are plain sync methods; the I/O
 (SUBSCRIBE/UNSUBSCRIBE, reading) happens at the edges. The connection is a wire of
-aiolock's own (``_wire.py``): messages are parsed and delivered in the event loop's
+aiolock's own (``wire.py``): messages are parsed and delivered in the event loop's
 callback, with no task and no timeout per message; one timer checks that the connection is
-alive. Every message goes to the waiting room (``_waiting.py``), which wakes the waiters it
-concerns; so does every (re)confirmed subscription, since messages published while it was
-down are lost.
+alive (``keepalive.py``). Every message goes to the waiting room (a ``Recipient``,
+``subscriptions.py``), which wakes the waiters it concerns; so does every (re)confirmed
+subscription, since messages published while it was down are lost.
 """
 
 from __future__ import annotations
@@ -16,25 +16,25 @@ import logging
 from collections import deque
 from collections.abc import Callable
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from redis.crc import key_slot
 from redis.exceptions import ClusterDownError, MovedError, ResponseError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._engine.waiting import wait_event
 from .._exceptions import ClientClosedError
+from .keepalive import Keepalive
 from .resp import pack
+from .subscriptions import Channel, Recipient, Subscription, text, wait_event
 from .wire import Wire, open_wire
 
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
 
-    from .._engine.waiting import WaitingRoom
     from .._events import Emitter
 
-__all__ = ("Dispatcher", "PubSub", "Subscription")
+__all__ = ("Dispatcher",)
 
 log = logging.getLogger("aiolock")
 
@@ -44,59 +44,6 @@ _CLOSE_WAIT = 2.0
 # is usually back at once), doubling up to the cap while attempts keep failing.
 _MIN_BACKOFF = 0.02
 _MAX_BACKOFF = 1.0
-
-
-class _Channel:
-    __slots__ = ("confirmed", "linger", "moved", "name", "refs", "sent_on")
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.refs = 0
-        self.linger: asyncio.TimerHandle | None = None
-        self.confirmed = asyncio.Event()
-        # The generation of the wire its latest SUBSCRIBE went out on (None: not yet).
-        self.sent_on: int | None = None
-        # Its cluster slot left this server: whoever holds it subscribes anew, elsewhere.
-        self.moved = False
-
-
-class Subscription:
-    """A reference to one subscribed channel, held by one acquire call while it waits."""
-
-    __slots__ = ("_channel", "_dispatcher")
-
-    def __init__(self, dispatcher: Dispatcher, channel: _Channel) -> None:
-        self._dispatcher = dispatcher
-        self._channel = channel
-
-    def release(self) -> None:
-        """Drop this reference; the last one unsubscribes."""
-        self._dispatcher.release(self._channel)
-
-    @property
-    def stale(self) -> bool:
-        """Whether the channel's cluster slot moved: this subscription hears nothing more."""
-        return self._channel.moved
-
-
-class PubSub(Protocol):
-    """What the engine subscribes through: one dispatcher, or one per cluster primary."""
-
-    def join(self, name: str) -> Subscription | None:
-        """A reference to ``name`` if it is subscribed and confirmed already, else None."""
-
-    async def subscribe(self, name: str, limit: float | None) -> Subscription | None:
-        """Subscribe to ``name`` and wait for the server (None: ``limit`` ran out)."""
-
-    def channels(self) -> dict[str, int]:
-        """Map each subscribed channel to its number of local references."""
-
-    @property
-    def reconnects(self) -> int:
-        """How many times a pub/sub connection was made again."""
-
-    async def aclose(self) -> None:
-        """Release whoever waits in subscribe() and close the connections."""
 
 
 class Dispatcher:
@@ -110,7 +57,7 @@ class Dispatcher:
     def __init__(
         self,
         make_connection: Callable[[], AbstractConnection],
-        room: WaitingRoom,
+        room: Recipient,
         *,
         subscribe_timeout: float,
         spawn: Callable[[Any], asyncio.Task[Any]],
@@ -138,8 +85,7 @@ class Dispatcher:
         self._linger = linger
         self._subscribe_timeout = subscribe_timeout
         self._spawn = spawn
-        self._keepalive_period = keepalive
-        self._channels: dict[str, _Channel] = {}
+        self._channels: dict[str, Channel] = {}
         # Replies to (UN)SUBSCRIBE come back in order per channel on one connection; this
         # queue of what was sent tells a reply to an old SUBSCRIBE from the current one.
         self._sent: dict[str, deque[bool]] = {}
@@ -150,10 +96,8 @@ class Dispatcher:
         # Set when the current wire ends (the reader task waits on it).
         self._ended: asyncio.Future[Exception] | None = None
         self._proven = False
-        # The keepalive: whether anything came since the last check, and a PING is out.
-        self._heard = False
-        self._pinged = False
-        self._keepalive_timer: asyncio.TimerHandle | None = None
+        # Checks that the connection is alive while nothing comes (keepalive.py).
+        self._keepalive = Keepalive(keepalive)
         self._reader: asyncio.Task[None] | None = None
         self.closed = False
         self._retired = False
@@ -168,15 +112,15 @@ class Dispatcher:
 
     # -- sync state changes -------------------------------------------------------------
 
-    def _acquire_channel(self, name: str) -> tuple[_Channel, bool]:
+    def _acquire_channel(self, name: str) -> tuple[Channel, bool]:
         channel = self._channels.get(name)
         is_new = channel is None
         if channel is None:
-            channel = self._channels[name] = _Channel(name)
+            channel = self._channels[name] = Channel(name)
         self._ref(channel)
         return channel, is_new
 
-    def _ref(self, channel: _Channel) -> None:
+    def _ref(self, channel: Channel) -> None:
         channel.refs += 1
         if channel.linger is not None:
             channel.linger.cancel()
@@ -194,7 +138,7 @@ class Dispatcher:
         self._ref(channel)
         return Subscription(self, channel)
 
-    def release(self, channel: _Channel) -> None:
+    def release(self, channel: Channel) -> None:
         """Drop one reference to ``channel``; unsubscribe a while after none is left."""
         channel.refs -= 1
         assert channel.refs >= 0, channel.name
@@ -205,7 +149,7 @@ class Dispatcher:
                 self._linger, self._expire, channel
             )
 
-    def _expire(self, channel: _Channel) -> None:
+    def _expire(self, channel: Channel) -> None:
         channel.linger = None
         if channel.refs == 0 and self._channels.get(channel.name) is channel:
             del self._channels[channel.name]
@@ -226,7 +170,7 @@ class Dispatcher:
     # The wire's listener: replies and pushes are both messages or confirmations here.
 
     def on_reply(self, reply: Any) -> None:
-        self._heard = True
+        self._keepalive.heard = True
         # One check per message; the kinds of error only when there is one.
         if isinstance(reply, ResponseError):
             if isinstance(reply, MovedError):
@@ -262,47 +206,24 @@ class Dispatcher:
         if wire is not self._wire:
             return
         self._wire = None
-        if self._keepalive_timer is not None:
-            self._keepalive_timer.cancel()
-            self._keepalive_timer = None
+        self._keepalive.stop()
         for channel in self._channels.values():
             channel.confirmed.clear()
         ended = self._ended
         if ended is not None and not ended.done():
             ended.set_result(exc)
 
-    def _keepalive(self) -> None:
-        # Nothing heard for a whole period: make sure the connection is alive, since a
-        # silently dropped one would otherwise deliver nothing ever again; a PING that is
-        # not answered within the next period ends it.
-        wire = self._wire
-        if wire is None:
-            self._keepalive_timer = None
-            return
-        if self._heard:
-            self._heard = False
-            self._pinged = False
-        elif self._pinged:
-            wire.close(RedisTimeoutError("pub/sub connection did not answer a PING"))
-            return
-        else:
-            wire.write(pack("PING"))
-            self._pinged = True
-        self._keepalive_timer = asyncio.get_running_loop().call_later(
-            self._keepalive_period, self._keepalive
-        )
-
     def _on_reply(self, reply: Any) -> None:
         if isinstance(reply, bytes | str):  # +PONG outside subscribed mode
             return
-        kind = _text(reply[0])
+        kind = text(reply[0])
         if kind in {"message", "smessage"}:
-            channel = self._channels.get(_text(reply[1]))
+            channel = self._channels.get(text(reply[1]))
             if channel is not None:
                 data = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
                 self._room.deliver(channel.name, data)
         elif kind in {"subscribe", "ssubscribe", "unsubscribe", "sunsubscribe"}:
-            name = _text(reply[1])
+            name = text(reply[1])
             sent = self._sent.get(name)
             if sent:
                 sent.popleft()
@@ -335,7 +256,7 @@ class Dispatcher:
             if self._retired:
                 # Its server dropped out of the cluster's layout just now: a subscription
                 # that is stale at once sends the caller to where the slot is served.
-                gone = _Channel(name)
+                gone = Channel(name)
                 gone.moved = True
                 gone.refs = 1
                 return Subscription(self, gone)
@@ -451,10 +372,7 @@ class Dispatcher:
                 wire.write(b"".join(pack(self._subscribe, name) for name in names))
             else:
                 wire.write(pack(self._subscribe, *names))
-        self._heard = self._pinged = False
-        self._keepalive_timer = asyncio.get_running_loop().call_later(
-            self._keepalive_period, self._keepalive
-        )
+        self._keepalive.start(wire)
 
     def _distrust(self, name: str, bound: float) -> None:
         """Drop the wire on which a SUBSCRIBE went unconfirmed for ``subscribe_timeout``.
@@ -505,7 +423,7 @@ class Dispatcher:
         if wire is not None:
             wire.close(exc)
 
-    def _moved(self, which: Callable[[_Channel], bool]) -> None:
+    def _moved(self, which: Callable[[Channel], bool]) -> None:
         """The channels ``which`` picks are served elsewhere now: let go of them.
 
         Each is forgotten here and marked moved; its waiters wake (they attempt again and,
@@ -583,7 +501,3 @@ class Dispatcher:
 
 def _nothing() -> None:
     pass
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -22,7 +22,8 @@ from ._engine.ordering import CallOrder
 from ._engine.renewal import RenewalService
 from ._engine.services import Services
 from ._engine.waiting import WaitingRoom
-from ._net.cluster import Address, Cluster, ClusterPubSub, Connector
+from ._net.cluster import Address, Cluster, Connector
+from ._net.cluster_pubsub import ClusterPubSub
 from ._net.pubsub import Dispatcher
 from ._net.scripts import ScriptRunner
 from ._net.sentinel import SentinelWatch

@@ -9,11 +9,11 @@ to answer, or drops a subscription:
   call to the importing node behind ``ASKING``; TRYAGAIN and CLUSTERDOWN are resent after
   the retry interval. Every script is idempotent, so a resend to the new owner is harmless.
 - **Waiting** uses sharded pub/sub: the scripts publish with SPUBLISH, and each primary
-  has one dispatcher (``_pubsub.py``) that SSUBSCRIBEs the channels of its slots, as
-  Redisson does where the servers support it (probed with ``PUBSUB SHARDNUMSUB``). A
-  server that loses a slot pushes ``sunsubscribe`` for its channels: the dispatcher lets
-  them go and wakes their waiters, the map is read again, and each waiter subscribes where
-  the slot is served now.
+  has one dispatcher (``pubsub.py``; ``cluster_pubsub.py`` picks it per channel) that
+  SSUBSCRIBEs the channels of its slots, as Redisson does where the servers support it
+  (probed with ``PUBSUB SHARDNUMSUB``). A server that loses a slot pushes ``sunsubscribe``
+  for its channels: the dispatcher lets them go and wakes their waiters, the map is read
+  again, and each waiter subscribes where the slot is served now.
 - A node that is no longer a primary is retired: its calls fail over to the new owner and
   its channels move.
 - **Polling**: none of the above happens when the client has no traffic to a node that
@@ -57,11 +57,9 @@ if TYPE_CHECKING:
 
     from .._events import Emitter
     from .pubsub import Dispatcher
-    from .subscriptions import Subscription
 
 __all__ = (
     "Cluster",
-    "ClusterPubSub",
     "ShardedPubSubUnsupportedError",
     "node_connector",
     "seeds_of",
@@ -416,55 +414,6 @@ class Cluster:
         nodes, self._nodes = list(self._nodes.values()), {}
         for node in nodes:
             await node.transport.aclose()
-
-
-class ClusterPubSub:
-    """The engine's ``PubSub`` on a cluster: each channel on its slot's primary."""
-
-    def __init__(self, cluster: Cluster, *, retry_attempts: int, retry_interval: float) -> None:
-        self._cluster = cluster
-        self._retry_attempts = retry_attempts
-        self._retry_interval = retry_interval
-
-    def join(self, name: str) -> Subscription | None:
-        dispatcher = self._cluster.dispatcher_for(name)
-        return None if dispatcher is None else dispatcher.join(name)
-
-    async def subscribe(self, name: str, limit: float | None) -> Subscription | None:
-        loop = asyncio.get_running_loop()
-        deadline = None if limit is None else loop.time() + limit
-        attempt = 0
-        while (dispatcher := self._cluster.dispatcher_for(name)) is None:
-            if attempt > self._retry_attempts:
-                raise ClusterDownError(f"aiolock: no primary serves the slot of {name!r}")
-            if attempt:
-                # A failover under way: the map names no primary for the slot until it
-                # ends. Read it again a moment later, as a script call is resent.
-                pause = self._retry_interval
-                if deadline is not None:
-                    if (left := deadline - loop.time()) <= 0:
-                        return None
-                    pause = min(pause, left)
-                await asyncio.sleep(pause)
-            await self._cluster.refresh()
-            attempt += 1
-        return await dispatcher.subscribe(
-            name, None if deadline is None else max(0.0, deadline - loop.time())
-        )
-
-    def channels(self) -> dict[str, int]:
-        channels: dict[str, int] = {}
-        for dispatcher in self._cluster.dispatchers():
-            channels.update(dispatcher.channels())
-        return channels
-
-    @property
-    def reconnects(self) -> int:
-        return sum(dispatcher.reconnects for dispatcher in self._cluster.dispatchers())
-
-    async def aclose(self) -> None:
-        dispatchers = self._cluster.dispatchers()
-        await asyncio.gather(*(dispatcher.aclose() for dispatcher in dispatchers))
 
 
 async def _retire(node: _Node, why: str) -> None:

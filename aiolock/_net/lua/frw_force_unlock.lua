@@ -7,12 +7,12 @@
 --
 -- Returns 1 if the lock was held, else 0. Fails with a WRONGTYPE error, changing nothing,
 -- if KEYS[1] holds another type: that is somebody's data, not this lock's.
-local kind = redis.call('type', KEYS[1]).ok
-if kind == 'none' then
-    return 0
-end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+
+--@include forced
+
+local refusal = refuse_force(KEYS[1])
+if refusal ~= nil then
+    return refusal
 end
 redis.call(ARGV[1], KEYS[3], '1')
 redis.call('del', KEYS[1], KEYS[2])

@@ -13,13 +13,11 @@
 -- the script with nothing changed. Subscribers receive it after the script either way.
 
 --@include notify
+--@include forced
 
-local kind = redis.call('type', KEYS[1]).ok
-if kind == 'none' then
-    return 0
-end
-if kind ~= 'hash' then
-    return redis.error_reply('WRONGTYPE Operation against a key holding the wrong kind of value')
+local refusal = refuse_force(KEYS[1])
+if refusal ~= nil then
+    return refusal
 end
 notify(ARGV[2], KEYS[2], ARGV[1])
 redis.call('del', KEYS[1])

@@ -101,7 +101,7 @@ class Core:
         """Raise ClientClosedError once the client is closed.
 
         RuntimeError if called in another process or event loop than the client's
-        (``_affinity.py``): before any I/O.
+        (``affinity.py``): before any I/O.
         """
         if self.closed:
             raise ClientClosedError
@@ -134,7 +134,7 @@ class Core:
         return f"{self._ids.client_id}:{self._calls}"
 
     def call_starts(self) -> tuple[int, asyncio.Task[Any] | None]:
-        """Start a public acquire or release: the task's cancel mark (_cancel.py), and the task.
+        """Start a public acquire or release: the task's cancel mark (cancel.py), and the task.
 
         The task (None outside one) is looked up once for the whole call.
 

@@ -181,7 +181,7 @@ class Client:
         """Move the client to a new event loop, the one it first used being closed.
 
         Everything of the dead loop is gone with it: its connections are closed here
-        (their sockets, without the loop; ``_wire.abandon_loop``), and its tasks ended
+        (their sockets, without the loop; ``_net.wire.abandon_loop``), and its tasks ended
         with it (``asyncio.run()`` cancels them). So every loop-bound piece is built
         afresh (``_build``) and the engine, which the handles keep, uses the new ones:
         the next call connects in the new loop. Holds of the dead loop are forgotten:

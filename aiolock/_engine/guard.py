@@ -7,10 +7,10 @@ cancelled, and the block raises ``LockLostError``, when
 
 * the hold is found gone or taken: the renewal's answer, a force_unlock() of this client,
   a later acquire finding a stale count; the hold registry tells each guarded hold
-  watching a lost record at once (``_holds.HoldRegistry.mark_lost``); or
+  watching a lost record at once (``holds.HoldRegistry.mark_lost``); or
 * the hold can no longer be *confirmed*: each record carries ``confirmed``, the send time
-  of the last answered acquire or renewal plus the lease it set (``_engine._won``,
-  ``_renewal._renew_kind``). The server set that lease after the send, so it runs at least
+  of the last answered acquire or renewal plus the lease it set (``core.Core.won``,
+  ``renewal._renew_kind``). The server set that lease after the send, so it runs at least
   until then. At ``confirmed_until`` (that, less the drift margin) with no newer answer,
   the body is cancelled: a holder cut off from Redis stops before anyone else can take
   the lock.

@@ -66,7 +66,7 @@ class Hold:
     # Acquires recorded with a confirmation: a renewal answered after another one was
     # recorded may have run before that acquire set a shorter lease, and confirms nothing.
     confirms: int = 0
-    # The guarded holds (``_guard.Hold``) watching this one: told at once when it is lost.
+    # The guarded holds (``guard.Hold``) watching this one: told at once when it is lost.
     guards: list[Any] | None = dataclasses.field(default=None, repr=False)
     # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
     # event); None: begun otherwise (holds found on the server, say), and its end is not
@@ -99,7 +99,7 @@ class Hold:
 
 
 class Renewal(Protocol):
-    """What the registry needs of the watchdog (``_renewal.RenewalService``)."""
+    """What the registry needs of the watchdog (``renewal.RenewalService``)."""
 
     def track(self, hold: Hold) -> None:
         """Renew ``hold`` from now on."""

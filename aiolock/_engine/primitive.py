@@ -4,7 +4,7 @@ A primitive (the reentrant lock, the fair lock, each side of the read-write lock
 small, I/O-free description: which scripts it runs with which keys and arguments, which
 channel wakes its waiters and how many a message wakes, whether newcomers queue behind
 local waiters, whether a waiter that gives up must tell the server, and how a hold renews.
-The engine (``_engine.py``) does everything else, once, for all of them: attempts, waiting,
+The engine (``engine.py``) does everything else, once, for all of them: attempts, waiting,
 deadlines, cancellation and undo, the order of one holder's calls, lease-lost reports.
 """
 
@@ -72,7 +72,7 @@ class Call(NamedTuple):
     # The caller's wait: None forever, 0 a single attempt that never queues.
     wait: float | None
     deadline: float | None
-    # The task's count of cancel requests when the call started (see _cancel.py).
+    # The task's count of cancel requests when the call started (see cancel.py).
     mark: int
     # Where the acquisition's token goes (a fenced lock's caller asks for it), else None.
     receipt: list[int] | None = None

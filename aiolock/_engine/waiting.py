@@ -61,7 +61,7 @@ class Waiter:
         #: the primitive it waits for (which says whether it takes a hand-over).
         self.parked: Call | None = None
         self.parked_as: Primitive | None = None
-        #: A hand-over offered to it (see _handover.py), until the waiter is gone.
+        #: A hand-over offered to it (see handover.py), until the waiter is gone.
         self.offer: Offer | None = None
 
     def park(self, p: Primitive, call: Call) -> None:
@@ -189,7 +189,7 @@ class WaitingRoom:
     def heir(
         self, channel: str, releaser: Primitive, eligible: Callable[[Call], bool]
     ) -> tuple[Waiter, Call, Primitive] | None:
-        """Who a release of ``releaser`` on ``channel`` hands the lock to (see _handover.py).
+        """Who a release of ``releaser`` on ``channel`` hands the lock to (see handover.py).
 
         The oldest exclusive waiter parked, not woken, with no offer yet and whose call is
         ``eligible``, with its call and primitive; None if there is none, or if it takes

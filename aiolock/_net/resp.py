@@ -2,7 +2,7 @@
 
 Commands are packed here into the bytes that go on the wire: by hiredis, except the
 EVALSHA of every script call, which has a packer of its own (below). Replies are
-parsed by hiredis too (see ``_wire.py``); an error reply becomes the redis-py exception a
+parsed by hiredis too (see ``wire.py``); an error reply becomes the redis-py exception a
 redis-py client would raise for it, so callers catch the same classes whichever connection
 answered.
 """

@@ -1,7 +1,7 @@
 """Lua scripts shipped as package data, and the one place they are run.
 
 Each script is loaded once from ``aiolock/lua/`` and run by EVALSHA on the client's command
-connection (``_transport.py``); on NOSCRIPT (a fresh or flushed server) its text is loaded
+connection (``transport.py``); on NOSCRIPT (a fresh or flushed server) its text is loaded
 with SCRIPT LOAD through the same connection and the call sent again. Transient connection
 errors are retried with the same arguments: every script is written so that a resend is
 harmless (acquire by target count, release by unlock latch, rollback by tombstone, renewal

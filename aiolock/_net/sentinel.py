@@ -20,7 +20,7 @@ follow by that timeout, not by its own silence. With the event missed the client
 within the poll interval plus the query bound (under 2 s).
 
 A write refused with READONLY (a demoted primary) drops the command connection as well
-(``_topology.OneServer``).
+(``topology.OneServer``).
 """
 
 from __future__ import annotations

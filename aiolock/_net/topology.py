@@ -1,13 +1,13 @@
 """Where a key's commands go: the one server, or the primary of the key's cluster slot.
 
-The script runner (``_scripts.py``) asks a topology for the command connection of each key
+The script runner (``scripts.py``) asks a topology for the command connection of each key
 and tells it what went wrong when a send fails; the topology decides what that means for
 routing. Two kinds:
 
 - :class:`OneServer`: one server, or the current primary of a Sentinel group. Under
   Sentinel a write refused with READONLY means the connection still talks to a demoted
   primary: the connection is dropped, and the next send asks the sentinels anew.
-- ``_cluster.Cluster``: the slot map of a Redis Cluster and one connection per primary.
+- ``cluster.Cluster``: the slot map of a Redis Cluster and one connection per primary.
 """
 
 from __future__ import annotations

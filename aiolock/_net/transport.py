@@ -18,7 +18,7 @@ a future to the queue of replies expected and writes; replies resolve the future
   read and dropped, so the stream never goes out of step and the connection stays up.
 - **Backpressure**: at most ``limit`` commands are queued or in flight; a call beyond waits
   its turn (first come, first served).
-- **Fork**: in a forked child the inherited connection is never written (``_wire.py``); a
+- **Fork**: in a forked child the inherited connection is never written (``wire.py``); a
   call raises ``RuntimeError`` instead.
 - An error reply fails only its own caller. Nothing blocking (BLPOP, WAIT without a bound)
   is ever sent here: it would hold up every call behind it.

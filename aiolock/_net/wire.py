@@ -15,14 +15,14 @@ connection is taken over:
   task sends with ``send_packed_command``. Slower, same behaviour. ``AIOLOCK_WIRE=redis-py``
   selects it, so the test suite can run on it too.
 
-A wire never retries or times out by itself: whoever owns it (``_transport.py``,
-``_pubsub.py``) decides when silence means a dead connection and closes it.
+A wire never retries or times out by itself: whoever owns it (``transport.py``,
+``pubsub.py``) decides when silence means a dead connection and closes it.
 
 **Fork**: a forked child inherits every open wire, whose socket is also the parent's. In
 the child each wire is *inherited* from then on (see ``_inherit``): it writes nothing,
 closes nothing and lets redis-py close nothing, at garbage collection and interpreter exit
 included, so that the child can never write on, shut or unregister the parent's
-connection. Its owner refuses calls on it (``_affinity.py`` refuses them earlier still).
+connection. Its owner refuses calls on it (``_engine/affinity.py`` refuses them earlier still).
 """
 
 from __future__ import annotations

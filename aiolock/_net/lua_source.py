@@ -1,7 +1,7 @@
 """Assembly of the Lua scripts from their files and the fragments they share.
 
-A script ``aiolock/lua/<name>.lua`` may include a fragment
-``aiolock/lua/fragments/<fragment>.lua`` with a line of its own, at the start of the line::
+A script ``aiolock/_net/lua/<name>.lua`` may include a fragment
+``aiolock/_net/lua/fragments/<fragment>.lua`` with a line of its own, at the start of the line::
 
     --@include <fragment>
 
@@ -32,7 +32,7 @@ _INCLUDE = re.compile(r"--@include[ \t]+(\w+)[ \t]*")
 
 
 def read_script(name: str) -> str:
-    """The text of the script ``aiolock/lua/<name>.lua``, its includes replaced."""
+    """The text of the script ``aiolock/_net/lua/<name>.lua``, its includes replaced."""
     return assemble(name, (_lua_dir() / f"{name}.lua").read_text("utf-8"))
 
 

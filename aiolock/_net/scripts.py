@@ -1,6 +1,6 @@
 """Lua scripts shipped as package data, and the one place they are run.
 
-Each script is loaded once from ``aiolock/lua/`` and run by EVALSHA on the client's command
+Each script is loaded once from ``aiolock/_net/lua/`` and run by EVALSHA on the client's command
 connection (``transport.py``); on NOSCRIPT (a fresh or flushed server) its text is loaded
 with SCRIPT LOAD through the same connection and the call sent again. Transient connection
 errors are retried with the same arguments: every script is written so that a resend is
@@ -117,7 +117,7 @@ _cache: dict[str, Script] = {}
 
 
 def load_script(name: str) -> Script:
-    """Return the script ``aiolock/lua/<name>.lua``, read from the installed package once.
+    """Return the script ``aiolock/_net/lua/<name>.lua``, read from the installed package once.
 
     Its text is the file with its ``--@include`` lines replaced by the fragments they name
     (see :mod:`aiolock._lua`): one self-contained script, and the SHA-1 is the text's.

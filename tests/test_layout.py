@@ -8,6 +8,7 @@ network -> server, and pub/sub reaches the engine's waiting room through a proto
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -22,6 +23,7 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache
 def _imports() -> dict[str, set[str]]:
     """Each module of the package and the package modules it imports (type-only too)."""
     graph: dict[str, set[str]] = {}
@@ -43,17 +45,24 @@ def _imports() -> dict[str, set[str]]:
 def test_no_import_cycle() -> None:
     """No module imports, even for type checking only, one that imports it back."""
     graph = _imports()
-    cycles = []
+    cycles: list[list[str]] = []
+    # Depth first, each module once: on the current path (a cycle if met again), or done.
+    path: list[str] = []
+    done: set[str] = set()
 
-    def visit(module: str, path: list[str]) -> None:
+    def visit(module: str) -> None:
+        path.append(module)
         for imported in sorted(graph.get(module, ())):
             if imported in path:
                 cycles.append([*path[path.index(imported) :], imported])
-            elif imported in graph:
-                visit(imported, [*path, imported])
+            elif imported in graph and imported not in done:
+                visit(imported)
+        path.pop()
+        done.add(module)
 
     for module in sorted(graph):
-        visit(module, [module])
+        if module not in done:
+            visit(module)
     assert not cycles, f"import cycles: {cycles[:3]}"
 
 

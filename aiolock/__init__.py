@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import events as events
 from ._client import Client as Client
-from ._count_down_latch import CountDownLatch as CountDownLatch
+from ._engine.guard import Hold as Hold
 from ._exceptions import ClientClosedError as ClientClosedError
 from ._exceptions import LockError as LockError
 from ._exceptions import LockLostError as LockLostError
@@ -15,23 +15,25 @@ from ._exceptions import LockTimeoutError as LockTimeoutError
 from ._exceptions import LockUpgradeError as LockUpgradeError
 from ._exceptions import ReleaseError as ReleaseError
 from ._exceptions import ReplicaAckError as ReplicaAckError
-from ._fair_lock import FairLock as FairLock
-from ._fair_rwlock import FairReadLock as FairReadLock
-from ._fair_rwlock import FairReadWriteLock as FairReadWriteLock
-from ._fair_rwlock import FairWriteLock as FairWriteLock
-from ._fenced import FencedLock as FencedLock
-from ._guard import Hold as Hold
-from ._handle import LockStatistics as LockStatistics
-from ._leader import Leader as Leader
-from ._lock import Lock as Lock
-from ._multilock import MultiLock as MultiLock
-from ._multilock import RedLock as RedLock
-from ._permit_expirable_semaphore import PermitExpirableSemaphore as PermitExpirableSemaphore
-from ._rwlock import ReadLock as ReadLock
-from ._rwlock import ReadWriteLock as ReadWriteLock
-from ._rwlock import WriteLock as WriteLock
-from ._semaphore import Semaphore as Semaphore
-from ._spin import SpinLock as SpinLock
+from ._objects.count_down_latch import CountDownLatch as CountDownLatch
+from ._objects.fair_lock import FairLock as FairLock
+from ._objects.fair_rwlock import FairReadLock as FairReadLock
+from ._objects.fair_rwlock import FairReadWriteLock as FairReadWriteLock
+from ._objects.fair_rwlock import FairWriteLock as FairWriteLock
+from ._objects.fenced import FencedLock as FencedLock
+from ._objects.handle import LockStatistics as LockStatistics
+from ._objects.leader import Leader as Leader
+from ._objects.lock import Lock as Lock
+from ._objects.multilock import MultiLock as MultiLock
+from ._objects.multilock import RedLock as RedLock
+from ._objects.permit_expirable_semaphore import (
+    PermitExpirableSemaphore as PermitExpirableSemaphore,
+)
+from ._objects.rwlock import ReadLock as ReadLock
+from ._objects.rwlock import ReadWriteLock as ReadWriteLock
+from ._objects.rwlock import WriteLock as WriteLock
+from ._objects.semaphore import Semaphore as Semaphore
+from ._objects.spin import SpinLock as SpinLock
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider

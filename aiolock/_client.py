@@ -10,39 +10,31 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.sentinel import SentinelConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._affinity import Affinity
-from ._background import Background
-from ._cancel import cancel_mark, cancelled_since
-from ._cluster import Address, Cluster, ClusterPubSub, Connector, node_connector, seeds_of
-from ._config import ClientOptions, Settings, TimeArg, lease_seconds
-from ._count_down_latch import CountDownLatch
-from ._decorator import LockKind, locked
-from ._engine import Engine
+from ._config import ClientOptions, TimeArg, lease_seconds
+from ._engine.affinity import Affinity
+from ._engine.cancel import cancel_mark, cancelled_since
+from ._engine.engine import Engine
+from ._engine.holders import HolderIds
 from ._events import Emitter, Listener
-from ._fair_lock import FairLock
-from ._fair_rwlock import FairReadWriteLock
-from ._fenced import FencedLock
-from ._holders import HolderIds
-from ._holds import HoldRegistry
-from ._latches import LatchSweeper
-from ._leader import Leader
-from ._lock import Lock
-from ._ordering import CallOrder
-from ._permit_expirable_semaphore import PermitExpirableSemaphore
-from ._pubsub import Dispatcher, PubSub
-from ._renewal import RenewalService
-from ._rwlock import ReadWriteLock
-from ._scripts import ScriptRunner
-from ._semaphore import Semaphore
-from ._sentinel import SentinelWatch
-from ._spin import SpinLock
-from ._topology import OneServer
-from ._transport import CommandTransport
-from ._waiting import WaitingRoom
-from ._wire import abandon_loop
+from ._net.cluster import Address, Connector, node_connector, seeds_of
+from ._net.pubsub import Dispatcher
+from ._net.transport import CommandTransport
+from ._net.wire import abandon_loop
+from ._objects.count_down_latch import CountDownLatch
+from ._objects.decorator import LockKind, locked
+from ._objects.fair_lock import FairLock
+from ._objects.fair_rwlock import FairReadWriteLock
+from ._objects.fenced import FencedLock
+from ._objects.leader import Leader
+from ._objects.lock import Lock
+from ._objects.permit_expirable_semaphore import PermitExpirableSemaphore
+from ._objects.rwlock import ReadWriteLock
+from ._objects.semaphore import Semaphore
+from ._objects.spin import SpinLock
+from ._pieces import build_pieces
+from ._timing import send_deadline, settings_for
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Coroutine
@@ -58,12 +50,6 @@ log = logging.getLogger("aiolock")
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# A send with no socket timeout can wait without bound; past this many seconds a resend
-# window is no longer derived from the connection's settings, only assumed.
-_UNBOUNDED_SEND = 30.0
-_BACKOFF_CAP = 10.0
-# Margin on every latch and tombstone beyond the last resend that can still reach the server.
-_LATCH_MARGIN = 5.0
 # How long aclose() lets the guarded bodies it cancelled take to leave their blocks: they
 # raise at their next await, so this only bounds one that swallows the cancel.
 _GUARDED_EXIT = 1.0
@@ -138,35 +124,8 @@ class Client:
         else:
             self._make_connection = redis.connection_pool.make_connection
             sample = self._make_connection()  # type: ignore[no-untyped-call]
-        self._settings = Settings(
-            lease_ms=lease_ms,
-            # Every unlock latch and acquire tombstone outlives the first send of its call
-            # by more than every resend can take, so no resend ever counts twice.
-            latch_ttl_ms=round(
-                (_call_seconds(sample, options) + options.watchdog_timeout + _LATCH_MARGIN) * 1000
-            ),
-            # A call cut off by a cancel or an outage is resent in the background for at
-            # most a watchdog lease.
-            resend_window_ms=lease_ms,
-            ttl_cap=options.watchdog_timeout,
-            fair_wait_ms=round(options.fair_lock_wait_timeout * 1000),
-            retry_interval=options.retry_interval,
-            key_prefix=options.key_prefix,
-            # Where a cluster's servers have sharded pub/sub, Redisson publishes with
-            # SPUBLISH; aiolock requires it there (see _cluster.py).
-            publish="SPUBLISH" if on_cluster else "PUBLISH",
-            cluster=on_cluster,
-            replica_acks=options.replica_acks,
-            replica_ack_timeout=options.replica_ack_timeout,
-        )
-        deadline = float(sample.socket_timeout or _UNBOUNDED_SEND)
-        if options.replica_acks and options.replica_ack_timeout >= deadline:
-            # WAIT holds its connection's replies back: past the deadline the connection
-            # would be declared dead.
-            raise ValueError(
-                f"replica_ack_timeout must be shorter than the connection's socket_timeout "
-                f"({deadline:g} s), got {options.replica_ack_timeout:g} s"
-            )
+        self._settings = settings_for(options, sample, cluster=on_cluster)
+        deadline = send_deadline(sample)
         self._deadline = deadline
         self._lease_ms = lease_ms
         # The client's own pieces, whatever the event loop: the engine is the handles' only
@@ -182,107 +141,47 @@ class Client:
             ids=HolderIds(self.id),
             affinity=self._affinity,
             events=self._events,
-            **self._services(),
+            services=self._pieces.services(),
         )
 
     def _build(self) -> None:
-        """Build every piece of the client that belongs to an event loop.
+        """Build every piece of the client that belongs to an event loop (``_pieces.py``).
 
-        Connections (commands, pub/sub, the Sentinel watch), the background tasks, the
-        renewal, the waiting room, the holders' ordering lines, the bookkeeping of holds,
-        the latch sweeper: each in the module named for it. Nothing connects here; the
-        first call does, in its loop. Called at construction and by :meth:`_rebind`.
+        Nothing connects here; the first call does, in its loop. Called at construction
+        and by :meth:`_rebind`. Each piece is kept as an attribute of its own.
         """
-        options = self._options
-        on_cluster = self._settings.cluster
-        self._background = Background()
-        self._waiting = WaitingRoom()
-
-        def dispatcher(
-            make: Callable[[], AbstractConnection], on_change: Callable[[], None] | None = None
-        ) -> Dispatcher:
-            return Dispatcher(
-                make,
-                self._waiting,
-                subscribe_timeout=options.subscribe_timeout,
-                spawn=self._background.spawn,
-                sharded=on_cluster,
-                on_change=on_change,
-                events=self._events,
-            )
-
-        self._sentinel: SentinelWatch | None = None
-        self._topology: OneServer | Cluster
-        self._pubsub: PubSub
-        if self._connector is not None:
-            cluster = Cluster(
-                self._seeds,
-                self._connector,
-                deadline=self._deadline,
-                make_dispatcher=dispatcher,
-                events=self._events,
-            )
-            self._topology = cluster
-            self._pubsub = ClusterPubSub(
-                cluster,
-                retry_attempts=options.retry_attempts,
-                retry_interval=options.retry_interval,
-            )
-        else:
-            make_connection = self._make_connection
-            assert make_connection is not None
-            pool = getattr(self._redis, "connection_pool", None)
-            if isinstance(pool, SentinelConnectionPool):
-                self._sentinel = SentinelWatch(
-                    pool, self._switched, self._background.spawn, self._connected_to
-                )
-            self._transport = CommandTransport(
-                make_connection,
-                deadline=self._deadline,
-                on_open=None if self._sentinel is None else self._sentinel.start,
-                events=self._events,
-            )
-            self._topology = OneServer(self._transport, sentinel=self._sentinel is not None)
-            self._dispatcher = self._pubsub = dispatcher(make_connection)
-        self._runner = ScriptRunner(
-            self._topology,
-            retry_attempts=options.retry_attempts,
-            retry_interval=options.retry_interval,
-            replica_acks=options.replica_acks,
-            replica_ack_timeout=options.replica_ack_timeout,
-        )
-        self._renewal = RenewalService(
-            self._runner,
+        self._pieces = pieces = build_pieces(
+            self._options,
+            self._settings,
+            self._events,
+            redis=self._redis,
+            deadline=self._deadline,
             lease_ms=self._lease_ms,
-            interval=options.watchdog_timeout / 3,
-            spawn=self._background.spawn,
-            # A lambda: the registry it reports to is built after this service.
-            on_lost=lambda hold, why: self._holds.report_lost(hold, why),  # noqa: PLW0108
-            events=self._events,
+            seeds=self._seeds,
+            connector=self._connector,
+            make_connection=self._make_connection,
+            on_switch=self._switched,
+            connected_to=self._connected_to,
         )
-        self._holds = HoldRegistry(self._renewal, watchdog_ms=self._lease_ms, events=self._events)
-        self._latches = LatchSweeper(self._runner, self._background.spawn)
-        # Each holder's calls on each lock, one after the other (see _ordering.py).
-        self._order = CallOrder()
-
-    def _services(self) -> dict[str, Any]:
-        """What the engine uses of the pieces :meth:`_build` made."""
-        return {
-            "runner": self._runner,
-            "holds": self._holds,
-            "renewal": self._renewal,
-            "order": self._order,
-            "waiting": self._waiting,
-            "dispatcher": self._pubsub,
-            "background": self._background,
-            "latches": self._latches,
-        }
+        self._background = pieces.background
+        self._waiting = pieces.waiting
+        self._sentinel = pieces.sentinel
+        self._topology = pieces.topology
+        self._pubsub = pieces.pubsub
+        if pieces.transport is not None and pieces.dispatcher is not None:
+            self._transport = pieces.transport
+            self._dispatcher = pieces.dispatcher
+        self._runner = pieces.runner
+        self._renewal = pieces.renewal
+        self._holds = pieces.holds
+        self._latches = pieces.latches
+        self._order = pieces.order
 
     def _rebind(self, dead: asyncio.AbstractEventLoop) -> None:
         """Move the client to a new event loop, the one it first used being closed.
 
         Everything of the dead loop is gone with it: its connections are closed here
-        (their sockets, without the loop; ``_wire.abandon_loop``), and its tasks ended
+        (their sockets, without the loop; ``_net.wire.abandon_loop``), and its tasks ended
         with it (``asyncio.run()`` cancels them). So every loop-bound piece is built
         afresh (``_build``) and the engine, which the handles keep, uses the new ones:
         the next call connects in the new loop. Holds of the dead loop are forgotten:
@@ -299,7 +198,7 @@ class Client:
                 )
         abandon_loop(dead)
         self._build()
-        self._engine.attach(**self._services())
+        self._engine.attach(self._pieces.services())
 
     @classmethod
     def from_url(
@@ -590,25 +489,3 @@ class Client:
 
 def _nothing() -> None:
     pass
-
-
-def _call_seconds(conn: AbstractConnection, options: ClientOptions) -> float:
-    """The longest one script call can take from its first send to its last resend.
-
-    Each of the client's tries (``retry_attempts`` + 1) is one redis-py command, which
-    redis-py itself may retry on a fresh connection; each send may connect, write and wait
-    for the reply, each bounded by the connection's own timeouts. A connection without a
-    socket timeout, or a redis-py retry without end, bounds nothing: then a send is assumed
-    to take at most ``_UNBOUNDED_SEND`` and redis-py to retry at most 3 times.
-    """
-    socket = conn.socket_timeout or _UNBOUNDED_SEND
-    connect = conn.socket_connect_timeout or socket
-    # get_retries() is newer than some redis-py releases the package accepts.
-    get_retries = getattr(conn.retry, "get_retries", None)
-    retries = get_retries() if get_retries is not None else 3
-    if retries < 0:
-        retries = 3
-    # Each pause between redis-py's own tries is at most its backoff cap (10 s by default).
-    one_try = (retries + 1) * (connect + 2 * socket) + retries * _BACKOFF_CAP
-    tries = options.retry_attempts + 1
-    return tries * one_try + options.retry_attempts * options.retry_interval

@@ -24,7 +24,7 @@ import statistics
 from collections.abc import Callable
 
 import aiolock
-from aiolock import _guard
+from aiolock._engine import guard as _guard
 from aiolock.testing import redis_server
 
 

@@ -1,15 +1,69 @@
-"""Helpers for tests on a local Redis Cluster: plain clients per primary, leftovers, names."""
+"""Helpers for tests on a local Redis Cluster: clients, plain clients per primary, leftovers,
+names.
+
+``make_client`` and ``raw`` are fixtures: a test module on the cluster imports them
+(``from .clusters import make_client, raw``) in place of the single server's.
+"""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
+import pytest
 from redis.asyncio import Redis
+from redis.asyncio.cluster import RedisCluster
+
+import aiolock
 
 from .topologies import ClusterHandle
 
-__all__ = ("assert_nothing_left", "names_on_every_primary", "node_redis", "on_primaries")
+__all__ = (
+    "assert_nothing_left",
+    "cluster_clients",
+    "make_client",
+    "names_on_every_primary",
+    "node_redis",
+    "on_primaries",
+    "raw",
+)
+
+
+@contextlib.asynccontextmanager
+async def cluster_clients(
+    cluster: ClusterHandle, uid: str, **defaults: Any
+) -> AsyncIterator[Callable[..., aiolock.Client]]:
+    """A factory of clients of ``cluster`` (``defaults``: options each gets unless given):
+    all closed at the end, then nothing of the test ``uid`` may remain on any primary."""
+    clients: list[aiolock.Client] = []
+
+    def make(**options: Any) -> aiolock.Client:
+        client = aiolock.Client.from_url(cluster.url, cluster=True, **{**defaults, **options})
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+    await assert_nothing_left(cluster, uid)
+
+
+@pytest.fixture
+async def make_client(
+    cluster: ClusterHandle, uid: str
+) -> AsyncIterator[Callable[..., aiolock.Client]]:
+    """Clients of the shared cluster (see ``cluster_clients``)."""
+    async with cluster_clients(cluster, uid) as make:
+        yield make
+
+
+@pytest.fixture
+async def raw(cluster: ClusterHandle) -> AsyncIterator[RedisCluster]:
+    """A redis-py cluster client, decoding replies, for looking at the state."""
+    redis = RedisCluster.from_url(cluster.url, decode_responses=True)
+    yield redis
+    await redis.aclose()
 
 
 @contextlib.asynccontextmanager

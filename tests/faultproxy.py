@@ -47,7 +47,7 @@ from typing import Final, Literal, Self
 
 import hiredis
 
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 __all__ = [
     "REFUSALS",

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 import aiolock
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 from aiolock.events import Acquired, Event, Lost, Released
 
 

@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock._keys import lock_channel, prefixed
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 from .helpers import Gate, gated_redis, wait_until
 

@@ -12,7 +12,6 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -20,38 +19,21 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 import aiolock
-from aiolock._cluster import Cluster
+from aiolock._net.cluster import Cluster
 
-from .clusters import assert_nothing_left, names_on_every_primary, node_redis
+from . import clusters
+from .clusters import names_on_every_primary, node_redis
 from .helpers import wait_until
 from .topologies import ClusterHandle, redis_cluster
+
+# The cluster's fixtures, in place of the single server's (tests/clusters.py).
+make_client = clusters.make_client
+raw = clusters.raw
 
 ClientFactory = Any
 
 # Safety net only: every wait ends on an event or on Redis state.
 LIMIT = 20.0
-
-
-@pytest.fixture
-async def make_client(cluster: ClusterHandle, uid: str) -> AsyncIterator[ClientFactory]:
-    clients: list[aiolock.Client] = []
-
-    def make(**options: Any) -> aiolock.Client:
-        client = aiolock.Client.from_url(cluster.url, cluster=True, **options)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
-    await assert_nothing_left(cluster, uid)
-
-
-@pytest.fixture
-async def raw(cluster: ClusterHandle) -> AsyncIterator[RedisCluster]:
-    redis = RedisCluster.from_url(cluster.url, decode_responses=True)
-    yield redis
-    await redis.aclose()
 
 
 async def pubsub_clients(port: int) -> int:

@@ -9,19 +9,17 @@ early races.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Any
-
 import pytest
 from redis.asyncio.cluster import RedisCluster
 
-import aiolock
-
-from .clusters import assert_nothing_left
+from . import clusters
 from .conftest import ClientFactory
 from .sweep import Kind, Scenario, Spec, Sweep, all_specs, k_schedule
 from .test_cancel_sweep import FULL_ROUNDS, _record
-from .topologies import ClusterHandle
+
+# The cluster's fixtures, in place of the single server's (tests/clusters.py).
+make_client = clusters.make_client
+raw = clusters.raw
 
 
 def _quick(spec: Spec) -> bool:
@@ -45,28 +43,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             spec for spec in all_specs() if _quick(spec) or (full and spec.kind in _FULL_ON_CLUSTER)
         ]
         metafunc.parametrize("spec", specs, ids=[spec.id for spec in specs])
-
-
-@pytest.fixture
-async def make_client(cluster: ClusterHandle, uid: str) -> AsyncIterator[ClientFactory]:
-    clients: list[aiolock.Client] = []
-
-    def make(**options: Any) -> aiolock.Client:
-        client = aiolock.Client.from_url(cluster.url, cluster=True, **options)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
-    await assert_nothing_left(cluster, uid)
-
-
-@pytest.fixture
-async def raw(cluster: ClusterHandle) -> AsyncIterator[RedisCluster]:
-    redis = RedisCluster.from_url(cluster.url, decode_responses=True)
-    yield redis
-    await redis.aclose()
 
 
 async def test_cancel_sweep_on_cluster(

@@ -7,13 +7,12 @@ of single-server ones. Names are unique per test, so they spread over every prim
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
 import aiolock
 
-from .clusters import assert_nothing_left
+from .clusters import cluster_clients
 from .test_conformance import *  # noqa: F403 - the suite, collected here once more
 from .test_conformance import ClientFactory
 from .topologies import ClusterHandle
@@ -25,18 +24,8 @@ async def make_client(
 ) -> AsyncIterator[ClientFactory]:
     """Cluster clients, without and with ``replica_acks=1`` (each primary has a replica):
     all closed, then nothing of the test may remain on any primary."""
-    clients: list[aiolock.Client] = []
-
-    def make(**options: Any) -> aiolock.Client:
-        options.setdefault("replica_acks", request.param)
-        client = aiolock.Client.from_url(cluster.url, cluster=True, **options)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
-    await assert_nothing_left(cluster, uid)
+    async with cluster_clients(cluster, uid, replica_acks=request.param) as make:
+        yield make
 
 
 @pytest.fixture

@@ -16,29 +16,15 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import TryAgainError
 
-import aiolock
-
-from .clusters import assert_nothing_left
+from . import clusters
 from .helpers import wait_until
 from .topologies import ClusterHandle
 
+# The cluster's fixtures, in place of the single server's (tests/clusters.py).
+make_client = clusters.make_client
+
 ClientFactory = Any
 LIMIT = 20.0
-
-
-@pytest.fixture
-async def make_client(cluster: ClusterHandle, uid: str) -> AsyncIterator[ClientFactory]:
-    clients: list[aiolock.Client] = []
-
-    def make(**options: Any) -> aiolock.Client:
-        client = aiolock.Client.from_url(cluster.url, cluster=True, **options)
-        clients.append(client)
-        return client
-
-    yield make
-    for client in clients:
-        await client.aclose()
-    await assert_nothing_left(cluster, uid)
 
 
 def tryagains(cluster: ClusterHandle) -> int:

@@ -11,7 +11,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock._decorator import KINDS, lock_of_kind
+from aiolock._objects.decorator import KINDS, lock_of_kind
 
 from .conftest import ClientFactory
 from .helpers import wait_until

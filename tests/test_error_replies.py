@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 import aiolock
-from aiolock._resp import error_reply
+from aiolock._net.resp import error_reply
 
 from .conftest import ClientFactory
 from .faultproxy import REFUSALS, FaultProxy, Match, Words, script

@@ -75,7 +75,7 @@ async def test_every_lock_kind_names_itself(
     make_client: ClientFactory, name: str, kind: Kind
 ) -> None:
     """Each lock kind's events carry its kind (the names of client.locked(kind=...))."""
-    from aiolock._decorator import lock_of_kind  # noqa: PLC0415 - the kinds' factory
+    from aiolock._objects.decorator import lock_of_kind  # noqa: PLC0415 - the kinds' factory
 
     client = make_client()
     events = recorder(client)

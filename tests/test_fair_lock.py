@@ -14,8 +14,8 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 import aiolock
-from aiolock._primitive import Call
-from aiolock._scripts import load_script
+from aiolock._engine.primitive import Call
+from aiolock._net.scripts import load_script
 
 from .conftest import ClientFactory
 from .helpers import (

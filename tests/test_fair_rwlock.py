@@ -15,7 +15,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy

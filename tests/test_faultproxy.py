@@ -21,8 +21,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from aiolock._resp import error_reply
-from aiolock._scripts import load_script
+from aiolock._net.resp import error_reply
+from aiolock._net.scripts import load_script
 
 from .faultproxy import (
     REFUSALS,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import aiolock
-from aiolock._guard import Guarded, Hold, drift_margin
+from aiolock._engine.guard import Guarded, Hold, drift_margin
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script

@@ -13,9 +13,9 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock._handover import IN_A_ROW
+from aiolock._engine.handover import IN_A_ROW
 from aiolock._keys import lock_channel
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 from .conftest import ClientFactory
 from .helpers import Gate, gated_redis, quiesce, wait_until

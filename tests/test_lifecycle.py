@@ -24,7 +24,7 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock import _wire
+from aiolock._net import wire as _wire
 
 from .faultproxy import FaultProxy
 from .helpers import subscriptions_confirmed, wait_until

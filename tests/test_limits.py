@@ -31,7 +31,7 @@ from redis.exceptions import ResponseError
 
 import aiolock
 from aiolock._config import MAX_COUNT, MAX_MS, MAX_SECONDS
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 from .conftest import CLOSED_PORT_URL
 

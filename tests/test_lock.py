@@ -15,7 +15,7 @@ from redis.asyncio.client import PubSub
 
 import aiolock
 from aiolock._keys import lock_channel, unlock_latch_key
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 from .helpers import Gate, gated_redis, subscribe_confirmed, wait_until
 

@@ -41,7 +41,7 @@ from .sweep import Kind, handle, parked, rival_handle
 
 #: A's watchdog lease, and so the longest a lock waiter of B waits for a lost message.
 LEASE = 1.0
-#: The engine's re-check period of a semaphore or latch wait (``_engine._RECHECK``).
+#: The engine's re-check period of a semaphore or latch wait (``counting._RECHECK``).
 RECHECK = 5.0
 #: "Bounded, not hung": the documented bound plus a generous margin. Not a timing claim.
 MARGIN = 3.0

@@ -8,15 +8,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aiolock import _lua
-from aiolock._scripts import load_script
+from aiolock._net import lua_source as _lua
+from aiolock._net.scripts import load_script
 
 if TYPE_CHECKING:
     from pathlib import Path
 
     from redis.asyncio import Redis
 
-LUA = resources.files("aiolock") / "lua"
+LUA = resources.files("aiolock._net") / "lua"
 INCLUDE = re.compile(r"^--@include[ \t]+(\w+)", re.MULTILINE)
 FUNCTION = re.compile(r"^local function (\w+)\(", re.MULTILINE)
 SCRIPTS = sorted(f.name.removesuffix(".lua") for f in LUA.iterdir() if f.name.endswith(".lua"))

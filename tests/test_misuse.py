@@ -24,10 +24,10 @@ from redis.asyncio import Redis
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
 import aiolock
-from aiolock._fair_lock import FairPrimitive
-from aiolock._handle import LockHandle
+from aiolock._engine.primitive import Call
 from aiolock._keys import prefixed
-from aiolock._primitive import Call
+from aiolock._objects.fair_lock import FairPrimitive
+from aiolock._objects.handle import LockHandle
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
@@ -631,7 +631,7 @@ async def _set_up_publishing(
     holder = engine.holder(handle._owner)[0]
     # The call the engine would make for a lock() by this holder.
     call = Call(holder, None, p.field(holder), engine.settings.lease_ms, None, None, None, 0)
-    run = handle._engine._runner.run
+    run = handle._engine.services.runner.run
     if operation != "leave":
         await handle.lock()
     if isinstance(handle, aiolock.FairLock):

@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 import aiolock
-import aiolock._multilock as aiolock_multilock
+import aiolock._objects.multilock as aiolock_multilock
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory

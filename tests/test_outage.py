@@ -16,7 +16,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 from aiolock.testing import LocalServer, start_local_server
 
 from .helpers import gated_redis, wait_until

@@ -12,7 +12,7 @@ from importlib.resources.abc import Traversable
 import pytest
 
 import aiolock
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 PACKAGE = resources.files("aiolock")
 
@@ -20,7 +20,8 @@ PACKAGE = resources.files("aiolock")
 def shipped_lua() -> list[Traversable]:
     """Every .lua file in the installed package."""
     return sorted(
-        (f for f in (PACKAGE / "lua").iterdir() if f.name.endswith(".lua")), key=lambda f: f.name
+        (f for f in (PACKAGE / "_net" / "lua").iterdir() if f.name.endswith(".lua")),
+        key=lambda f: f.name,
     )
 
 
@@ -29,9 +30,13 @@ def referenced_scripts() -> set[str]:
     named by a primitive's ``<step>_script = "..."`` attribute."""
     names: set[str] = set()
     pattern = r"(?:load_script\(\s*|\b\w+_script = )\"(\w+)\""
-    for module in PACKAGE.iterdir():
-        if module.name.endswith(".py"):
-            names.update(re.findall(pattern, module.read_text("utf-8")))
+    folders = [PACKAGE]
+    while folders:
+        for entry in folders.pop().iterdir():
+            if entry.is_dir():
+                folders.append(entry)
+            elif entry.name.endswith(".py"):
+                names.update(re.findall(pattern, entry.read_text("utf-8")))
     return names
 
 

@@ -8,11 +8,12 @@ from collections import deque
 from redis.asyncio import Redis
 
 import aiolock
+from aiolock._engine.primitive import lock_wake_count
+from aiolock._engine.waiting import Waiter, WaitingRoom, WakeCount
 from aiolock._keys import lock_channel
-from aiolock._primitive import lock_wake_count
-from aiolock._pubsub import Dispatcher, _Channel
-from aiolock._rwlock import rwlock_wake_count
-from aiolock._waiting import Waiter, WaitingRoom, WakeCount
+from aiolock._net.pubsub import Dispatcher
+from aiolock._net.subscriptions import Channel
+from aiolock._objects.rwlock import rwlock_wake_count
 
 from .conftest import ClientFactory
 from .helpers import subscriptions_confirmed, wait_until
@@ -34,13 +35,13 @@ class _Waiters:
 
 def _subscription(
     wake: WakeCount = lock_wake_count,
-) -> tuple[Dispatcher, _Waiters, _Channel]:
+) -> tuple[Dispatcher, _Waiters, Channel]:
     """A dispatcher subscribed to "ch" (no connection) and the room it delivers to."""
     room = WaitingRoom()
     dispatcher = Dispatcher.__new__(Dispatcher)
     dispatcher.closed = False
     dispatcher._room = room
-    channel = _Channel("ch")
+    channel = Channel("ch")
     channel.refs = 1
     dispatcher._channels = {"ch": channel}
     return dispatcher, _Waiters(room, wake), channel

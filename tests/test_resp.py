@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from aiolock import _resp
-from aiolock._resp import pack_script
+from aiolock._net import resp as _resp
+from aiolock._net.resp import pack_script
 
 _SHA = b"0123456789abcdef0123456789abcdef01234567"
 

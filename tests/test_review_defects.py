@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock._keys import fair_queue_key, rwlock_timeout_prefix
-from aiolock._scripts import load_script
+from aiolock._net.scripts import load_script
 
 from .conftest import ClientFactory
 from .helpers import Gate, gated_redis, quiesce, wait_until

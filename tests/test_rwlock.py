@@ -14,9 +14,9 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 import aiolock
+from aiolock._engine.renewal import BATCH_SIZE
 from aiolock._keys import rwlock_channel
-from aiolock._renewal import BATCH_SIZE
-from aiolock._scripts import Script, ScriptRunner, load_script
+from aiolock._net.scripts import Script, ScriptRunner, load_script
 
 from .conftest import ClientFactory
 from .helpers import (

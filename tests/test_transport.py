@@ -18,10 +18,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import aiolock
 from aiolock._exceptions import ClientClosedError
-from aiolock._resp import pack
-from aiolock._scripts import ScriptRunner, load_script
-from aiolock._topology import OneServer
-from aiolock._transport import CommandTransport
+from aiolock._net.resp import pack
+from aiolock._net.scripts import ScriptRunner, load_script
+from aiolock._net.topology import OneServer
+from aiolock._net.transport import CommandTransport
 
 from .faultproxy import FaultProxy, command
 

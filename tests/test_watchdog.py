@@ -11,7 +11,7 @@ from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
-from aiolock._renewal import BATCH_SIZE
+from aiolock._engine.renewal import BATCH_SIZE
 
 from .conftest import ClientFactory
 from .helpers import wait_until

@@ -31,14 +31,14 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._config import check_name, lease_seconds, wait_seconds
-from .._decorator import LockKind, check_kind, lock_of_kind
-from .._decorator import _template_fields as template_fields
 from .._exceptions import ClientClosedError, LockLostError, LockTimeoutError
+from .._objects.decorator import LockKind, check_kind, lock_of_kind
+from .._objects.decorator import _template_fields as template_fields
 
 if TYPE_CHECKING:
     from .._client import Client
-    from .._guard import Hold
-    from .._handle import LockHandle
+    from .._engine.guard import Hold
+    from .._objects.handle import LockHandle
 
 # LockKind: the kinds a route may hold, as ``client.locked(kind=...)`` takes them.
 __all__ = ("LockKind", "Refused", "Route", "held")

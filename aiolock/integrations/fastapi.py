@@ -30,7 +30,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 
 from .._client import Client
-from .._guard import Hold
+from .._engine.guard import Hold
 from ._common import CLIENT_CLOSED_REQUEST, LockKind, Refused, Route, held
 
 __all__ = ("STATE_KEY", "get_client", "hold", "lifespan")

@@ -1,0 +1,1 @@
+"""The engine: acquire, release, counting, waiting, holds, renewal and the guard."""

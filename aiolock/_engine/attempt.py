@@ -1,0 +1,247 @@
+"""One attempt at a lock: its script run in the holder's turn, and its undoing.
+
+The attempt targets the count this client believes the holder has plus one, so a resend that
+finds it there already does not count twice; a stale belief is corrected from the server's
+answer and reported (``_resync``). An attempt cut off in flight (a cancel, no answer, a
+refusal past the retries) or answered after a cancel is rolled back in the background, in
+the holder's turn, by its target and tombstone: a cancelled acquire never keeps a hold.
+A waiter that gives up leaves the primitive's queue (a fair lock's) the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
+
+from .._exceptions import ClientClosedError, LockError, LockUpgradeError, ReplicaAckError
+from .._keys import acquire_tombstone_key
+from .._net.scripts import refused
+from .cancel import cancel_requested
+from .core import REFUSED, Part
+from .ordering import in_turn
+from .primitive import Call
+from .replies import AcquireReply, script_error
+
+if TYPE_CHECKING:
+    from .ordering import Ticket
+    from .primitive import Invocation, Primitive
+
+__all__ = ("Attempts",)
+
+log = logging.getLogger("aiolock")
+
+# The longest pause between two sends of an acquire that the server refused for a state
+# that passes (a slot migration, a cluster restart): Redisson resends TRYAGAIN 1 s apart.
+_BACKOFF_CAP = 1.0
+
+
+class Attempts(Part):
+    """The acquire script's runs and their rollbacks, for the acquire paths."""
+
+    async def attempt(self, p: Primitive, call: Call) -> AcquireReply:
+        """Run the acquire script once, in the holder's turn, and record a hold it took."""
+        ticket = self._s.order.join((p.key, call.holder))
+        try:
+            # An earlier call of this holder (a rollback or release finishing in the
+            # background, another task's call with the same owner=) must land first: this
+            # attempt's target count depends on its outcome.
+            if not ticket.ready:  # spares a coroutine when the turn is free
+                await ticket.wait()
+            self._core.check_open()
+            # The holder's calls before this one may have changed what it holds (a write
+            # unlock of the same owner=, say): judge the upgrade rule again, in turn.
+            p.check_acquire(call.holder, self._s.holds)
+        except BaseException:
+            ticket.release()
+            raise
+        while True:
+            hold = self._s.holds.get(p.key, call.field)
+            # The count this holder has once the attempt succeeds: a resend that finds it
+            # already there does not count twice, and a rollback undoes exactly this
+            # attempt (a script takes a hold only from the count the holder believes).
+            # A hold known lost counts for nothing: the server no longer has it.
+            target = (hold.count if hold and hold.lost is None else 0) + 1
+            tombstone = acquire_tombstone_key(p.key, self._core.request_id())
+            # The lease runs at least until the send time plus the lease (the guard's
+            # confirmation): taken before the call, which may queue for a connection. Only
+            # where a guarded hold relies on it: a plain lock() spares itself the clock.
+            sent = (
+                asyncio.get_running_loop().time()
+                if call.timed or (hold is not None and hold.guards)
+                else None
+            )
+            try:
+                raw, acked = await self._sent(call, p.acquire(call, target, tombstone))
+                reply = AcquireReply.decode(raw)
+            except REFUSED:
+                ticket.release()
+                raise
+            except BaseException as exc:
+                if isinstance(exc, ResponseError) and not refused(exc):
+                    # The script failed before it changed anything: nothing to roll back.
+                    ticket.release()
+                    raise script_error(p.name, p.key, exc) from exc
+                # Cancelled (or cut off) with the script in flight: it may have taken a
+                # hold that nobody will ever release. Give it back in the background, in
+                # this holder's turn; were the server unreachable until the lease ends,
+                # that hold ends with it. So too when the server refused it past the
+                # retries (TRYAGAIN, OOM...): an earlier send that timed out may have run.
+                self._undo_later(p, ticket, call, target, tombstone)
+                raise
+            if reply.acquired and acked is not None and acked < self.settings.replica_acks:
+                # Taken on a primary whose replicas may not have it: a failover now could
+                # lose it unnoticed. Give it back (in turn, to the end even if the caller
+                # is cancelled meanwhile), then say so.
+                giving_back = self._undo(p, call, reply.count, tombstone)
+                await self._s.background.shielded(in_turn(ticket, giving_back))
+                settings = self.settings
+                raise ReplicaAckError(
+                    p.name, acked, settings.replica_acks, settings.replica_ack_timeout
+                )
+            if not reply.stale or cancel_requested(call.caller, call.mark) or self._core.closed:
+                break
+            self._after_stale(p, call, reply.count, ticket)
+        closed = self._core.closed
+        if closed or cancel_requested(call.caller, call.mark):
+            # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
+            # client closed: never return a hold, and never go on to wait. Undo what the
+            # script did: give a hold back, or void the call and leave a fair queue.
+            undo = reply.count if reply.acquired else target
+            self._undo_later(p, ticket, call, undo, tombstone)
+            if closed:
+                raise ClientClosedError
+            raise asyncio.CancelledError
+        if reply.acquired:
+            self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent)
+            return reply
+        ticket.release()
+        return reply
+
+    def _won_in_turn(
+        self,
+        p: Primitive,
+        call: Call,
+        reply: AcquireReply,
+        ticket: Ticket,
+        tombstone: str,
+        *,
+        sent: float | None,
+    ) -> None:
+        """Record the hold an attempt took, and end the holder's turn."""
+        if call.receipt is not None and reply.token is None:
+            # A fenced acquisition always takes a token: one answered without any (its
+            # counter deleted by hand between a send and its resend) is given back, in
+            # turn, and never returned as held.
+            self._undo_later(p, ticket, call, reply.count, tombstone)
+            raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
+        try:
+            self._core.won(p, call, reply.count, token=reply.token, sent=sent)
+        finally:
+            ticket.release()
+
+    async def _sent(self, call: Call, invocation: Invocation) -> tuple[Any, int | None]:
+        """Run an acquire script; resend it while the server refuses it for a passing state.
+
+        The states: TRYAGAIN in a slot migration, CLUSTERDOWN in a restart, MASTERDOWN,
+        LOADING, BUSY. Resent with a growing pause, within the call's wait (forever with
+        none). A call that does not wait (``wait=0``) gets the refusal after the client's own
+        retries. Each resend is the same command: it counts once whatever an earlier send
+        did (the target count), and its tombstone voids it all for a rollback.
+        """
+        runner = self._s.runner
+        pause = self.settings.retry_interval
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                return await runner.run_acked(*invocation)
+            except Exception as exc:
+                if call.wait == 0 or not runner.passing(exc):
+                    raise
+                sleep = pause
+                if call.deadline is not None:
+                    sleep = min(sleep, call.deadline - loop.time())
+                    if sleep <= 0:
+                        raise
+                log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)
+            await asyncio.sleep(sleep)
+            self._core.check_open()
+            pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)
+
+    def _after_stale(self, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
+        """Believe the server's count of the holder's holds after a stale reply.
+
+        The count was not what this client believed: a hold lost unnoticed (force_unlock,
+        expiry). The attempt is made again unless it is now an upgrade (a write hold lost
+        beside read holds): that is refused, never left to wait for the holder's own read
+        holds.
+        """
+        self._resync(p, call, count)
+        try:
+            p.check_acquire(call.holder, self._s.holds)
+        except LockUpgradeError:
+            ticket.release()
+            raise
+
+    def _resync(self, p: Primitive, call: Call, count: int) -> None:
+        """Make this client's belief the server's ``count`` of the holder's holds."""
+        hold = self._s.holds.get(p.key, call.field)
+        believed = hold.count if hold else 0
+        if hold is not None and hold.count and hold.lost is None:
+            # Lost without the watchdog noticing yet: report it now, once. The hold stays,
+            # known lost, so that the holder's next unlock() raises LockLostError.
+            self._s.holds.report_lost(
+                hold, f"the server had {count} of its {believed} hold(s); found by lock()", "lock"
+            )
+        if count:
+            if hold is not None:
+                self._s.holds.drop(hold)
+            # Holds of this holder that it does not know of (a release that never got an
+            # answer): count them, never renew them; they expire with their lease.
+            log.warning(
+                "aiolock: %s has %d hold(s) on lock %r it did not know of; they are counted "
+                "and expire with their lease",
+                call.holder,
+                count,
+                p.name,
+            )
+            self._core.won(p, call, count, lease_ms=self.settings.lease_ms, announce=False)
+
+    def _undo_later(
+        self, p: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
+    ) -> None:
+        self._s.background.complete(ticket, self._undo(p, call, target, tombstone))
+
+    async def _undo(self, p: Primitive, call: Call, target: int, tombstone: str) -> None:
+        """Roll back an attempt of ``call`` (by its ``target`` count and tombstone)."""
+
+        async def undo() -> None:
+            # Built in turn: the lease it re-applies depends on the holds left by then.
+            hold = self._s.holds.get(p.key, call.field)
+            reapply = hold.reapply_ms(self.settings.lease_ms) if hold else self.settings.lease_ms
+            await self._s.runner.run(*p.rollback(call, target, tombstone, reapply))
+
+        await self._core.until_answered(f"undo an acquire of lock {p.name!r}", undo, call.lease_ms)
+
+    async def give_up(self, p: Primitive, call: Call) -> None:
+        """The call's wait ran out: leave the queue if it has one, then return False."""
+        if p.leaves_queue and not self._s.waiting.field_waiting(p.key, call.field) > 1:
+            ticket = self._s.order.join((p.key, call.holder))
+            await self._s.background.shielded(in_turn(ticket, self.leave(p, call)))
+        if cancel_requested(call.caller, call.mark):
+            raise asyncio.CancelledError
+
+    async def leave(self, p: Primitive, call: Call) -> None:
+        leave = p.leave(call)
+        if leave is None:
+            return
+        invocation, lives_ms = leave
+        # Left in the queue, the entry would hold up everyone behind it until it times
+        # out: resend through connection errors (leaving twice removes nothing more).
+        await self._core.until_answered(
+            f"take a waiter of lock {p.name!r} out of its queue",
+            lambda: self._s.runner.run(*invocation),
+            lives_ms,
+        )

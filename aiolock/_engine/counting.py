@@ -1,0 +1,273 @@
+"""The counting objects' paths: a semaphore's take, a change made once, a latch's wait.
+
+A take is an attempt and the call that undoes it (by its tombstone); a change (a release
+of permits, a count-down) runs with a latch of its own, so a resend replays it instead of
+changing the count twice; both are finished or undone in the background when cut off, as
+a lock's are. Their waits register before each attempt and re-check at least every
+``_RECHECK`` seconds: their state has no lease to bound a wait by.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import ResponseError
+
+from .._exceptions import ClientClosedError
+from .._keys import acquire_tombstone_key, unlock_latch_key
+from .._net.scripts import refused
+from .cancel import cancelled_since
+from .core import REFUSED, Part, cut_off
+from .primitive import Outcome
+from .replies import script_error
+
+if TYPE_CHECKING:
+    from .primitive import Invocation, Waitable
+
+__all__ = ("Counting",)
+
+
+# A wait for a semaphore or a latch re-reads the state at least this often (seconds): a
+# lost message then costs at most this much latency. Their state has no lease to bound by.
+_RECHECK = 5.0
+
+
+class Counting(Part):
+    """The semaphore's, the permit-expirable semaphore's and the count-down latch's calls."""
+
+    async def change(
+        self, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+    ) -> Any:
+        """Run a change of ``w`` (a release of permits, a count-down), exactly once.
+
+        ``invocation_for(latch)`` is the script call; ``latch`` is a key of this call alone
+        in which the script keeps its first answer, so that a resend replays it instead of
+        changing ``w`` twice. Cancelled or cut off in flight, the change is finished in the
+        background, resent until answered, as an unlock is; the caller still gets its error.
+        """
+        mark, _ = self._core.call_starts()
+        try:
+            reply = await self._change(w, invocation_for, what)
+        except Exception as exc:
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
+        finally:
+            self._s.background.call_ended()
+        if cancelled_since(mark):
+            # Made, but a cancel came meanwhile (swallowed below aiolock): say so.
+            raise asyncio.CancelledError
+        return reply
+
+    async def _change(
+        self, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+    ) -> Any:
+        latch = unlock_latch_key(w.key, self._core.request_id())
+        invocation = invocation_for(latch)
+        try:
+            reply = await self._s.runner.run(*invocation)
+        except BaseException as exc:
+            # Refused past the retries (BUSY, TRYAGAIN...), an earlier send may yet have
+            # run (a timeout): finished in the background too, its latch replaying it.
+            if cut_off(exc) or refused(exc):
+                self._s.background.spawn(self._finish_change(w, invocation, latch, what))
+            elif isinstance(exc, ResponseError):
+                raise script_error(w.name, w.key, exc) from exc
+            raise
+        self._s.latches.add(latch)
+        return reply
+
+    async def _finish_change(
+        self, w: Waitable, invocation: Invocation, latch: str, what: str
+    ) -> None:
+        """Resend a cut-off change (its latch replays a first send that landed)."""
+        answered = await self._core.until_answered(
+            f"{what} {w.name!r}",
+            lambda: self._s.runner.run(*invocation),
+            self.settings.resend_window_ms,
+            lost="the change may not have been made",
+        )
+        if answered is not None:
+            self._s.latches.add(latch)
+
+    async def take(
+        self,
+        w: Waitable,
+        attempt_for: Callable[[str], tuple[Invocation, Invocation]],
+        wait: float | None,
+        decode: Callable[[Any], Outcome],
+    ) -> bool:
+        """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
+
+        ``attempt_for(tombstone)``: one attempt, and the call that undoes it (gives back
+        what it took, if anything, and voids any copy of it still on its way, by the
+        tombstone). A resend of an attempt answers what its first send did. ``decode``
+        reads an attempt's reply: whether it took, and how long at most to wait before
+        the next attempt (None: until woken or re-checking). An attempt cut off in flight,
+        or answered after a cancel, is undone in the background: a cancelled take never
+        keeps what it took.
+        """
+        mark, _ = self._core.call_starts()
+
+        async def attempt() -> Outcome:
+            tombstone = acquire_tombstone_key(w.key, self._core.request_id())
+            invocation, undo_invocation = attempt_for(tombstone)
+
+            def undo() -> None:
+                self._s.background.spawn(
+                    self._core.until_answered(
+                        f"give back what a cancelled call took from {w.name!r}",
+                        lambda: self._s.runner.run(*undo_invocation),
+                        self.settings.resend_window_ms,
+                        lost="it stays taken",
+                    )
+                )
+
+            try:
+                outcome = decode(await self._s.runner.run(*invocation))
+            except REFUSED:
+                raise
+            except BaseException as exc:
+                if isinstance(exc, ResponseError) and not refused(exc):
+                    raise script_error(w.name, w.key, exc) from exc
+                # Cut off, or refused past the retries after a send that may have run.
+                undo()
+                raise
+            if self._core.closed or cancelled_since(mark):
+                if outcome.done:
+                    undo()
+                if self._core.closed:
+                    raise ClientClosedError
+                raise asyncio.CancelledError
+            if outcome.done and w.receipts:
+                # Taken for good: no resend or undo will look for the receipt any more.
+                self._s.latches.add(tombstone)
+            return outcome
+
+        try:
+            return await self._wait_for(w, attempt, wait)
+        except Exception as exc:
+            if cancelled_since(mark):
+                raise asyncio.CancelledError from exc
+            raise
+        finally:
+            self._s.background.call_ended()
+
+    def took_permit(self, w: Waitable, permit: str, timeouts: str) -> None:
+        """Record a permit (its hex id) that the watchdog renews while the calling task lives.
+
+        Called right after the take returned, with no await in between: a cancel cannot
+        come between the permit taken and its renewal. ``timeouts``: the ZSET whose score
+        of the permit the renewal moves forward (``psem_renew.lua``).
+        """
+        self._s.holds.acquired(
+            key=w.key,
+            field=permit,
+            name=w.name,
+            holder=f"permit {permit}",
+            task=asyncio.current_task(),
+            count=1,
+            lease_ms=None,
+            kind="permit",
+            extra=timeouts,
+        )
+
+    def let_go_permit(self, w: Waitable, permit: str) -> tuple[bool, str | None]:
+        """Stop renewing a permit about to be released: was it renewed, why was it lost.
+
+        The reason is None if it was not found lost. Called before the release is sent:
+        should the release never land, the permit runs out with its lease instead of
+        staying taken, renewed, by nobody's knowledge.
+        """
+        hold = self._s.holds.get(w.key, permit)
+        if hold is None or hold.kind != "permit":
+            return False, None
+        lost = hold.lost
+        self._s.holds.drop(hold)
+        return True, lost
+
+    async def await_condition(
+        self, w: Waitable, holds: Callable[[], Awaitable[bool]], wait: float | None
+    ) -> bool:
+        """Wait until ``holds()`` (a read: a latch at zero) is true, within ``wait``."""
+        mark, _ = self._core.call_starts()
+
+        async def attempt() -> Outcome:
+            return Outcome(await holds())
+
+        try:
+            done = await self._wait_for(w, attempt, wait)
+        finally:
+            self._s.background.call_ended()
+        if cancelled_since(mark):
+            raise asyncio.CancelledError
+        return done
+
+    async def _wait_for(
+        self,
+        w: Waitable,
+        attempt: Callable[[], Awaitable[Outcome]],
+        wait: float | None,
+    ) -> bool:
+        """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
+
+        As a lock's wait: the waiter registers before each attempt, so a message published
+        while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
+        message costs latency, never liveness (and by the attempt's own hint: the next
+        permit to expire); a waiter woken for nothing passes its turn
+        on, so a message that lets someone in is never spent on one that cannot use it.
+        """
+        if (await attempt()).done:
+            return True
+        if wait == 0:
+            return False
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
+        room = self._s.waiting
+        channel = w.channel("")
+        room.enter(w.key, "")
+        settled = False
+        try:
+            while True:
+                remaining = None if deadline is None else deadline - loop.time()
+                sub = await self._s.dispatcher.subscribe(channel, remaining)
+                if sub is None:
+                    return False
+                try:
+                    while not sub.stale:
+                        waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
+                        leaving = True
+                        try:
+                            outcome = await attempt()
+                            # A message that is itself what the wait waits for (a latch's
+                            # "0") settles it, whatever the attempt found since.
+                            if outcome.done or settled or waiter.settled:
+                                leaving = False
+                                return True
+                            if outcome.spare:
+                                # Too little left for this call, but some: a waiter behind
+                                # may fit. It gets this call's wake-up, and this call waits
+                                # behind it (nothing is delivered in between: no await).
+                                room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                                waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
+                            hint = outcome.wait
+                            bound = _RECHECK if hint is None else min(_RECHECK, hint)
+                            if deadline is not None:
+                                bound = min(bound, deadline - loop.time())
+                                if bound <= 0:
+                                    return False
+                            self._core.check_open()
+                            await waiter.wait(bound)
+                            self._core.check_open()
+                            leaving = False
+                            settled = waiter.settled
+                        finally:
+                            # Leaving without what it waits for (deadline, cancel, close):
+                            # a wake-up it was given goes on, as a lock waiter's does.
+                            room.remove(channel, waiter, leaving=leaving)
+                finally:
+                    sub.release()
+        finally:
+            room.leave(w.key, "")

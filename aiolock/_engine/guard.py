@@ -1,0 +1,444 @@
+"""Guarded holds: a body that runs only while its lock is known to be held.
+
+``lock.guarded()`` takes the lock and runs its body in a cancel scope (the stdlib's
+``asyncio.timeout(None)``, rescheduled to "now" at the moment of loss: it uncancels what it
+caused, so a cancel from outside still wins and nested scopes behave). The body is
+cancelled, and the block raises ``LockLostError``, when
+
+* the hold is found gone or taken: the renewal's answer, a force_unlock() of this client,
+  a later acquire finding a stale count; the hold registry tells each guarded hold
+  watching a lost record at once (``holds.HoldRegistry.mark_lost``); or
+* the hold can no longer be *confirmed*: each record carries ``confirmed``, the send time
+  of the last answered acquire or renewal plus the lease it set (``core.Core.won``,
+  ``renewal._renew_kind``). The server set that lease after the send, so it runs at least
+  until then. At ``confirmed_until`` (that, less the drift margin) with no newer answer,
+  the body is cancelled: a holder cut off from Redis stops before anyone else can take
+  the lock.
+
+Data flows handle -> guard <- renewal: the handle builds a :class:`Hold` over the
+records its acquire made; the renewal and the engine only write the records' plain
+fields; the guard reads them when its timer fires. ONE timer per client (``Guard``): a
+heap of guarded deadlines and one ``loop.call_at`` for the earliest, re-read lazily when it
+fires (a renewal moved most of them on by then), so a renewal costs the guard nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import math
+from collections.abc import Awaitable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._exceptions import LockLostError, LockTimeoutError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+    from .holds import Hold as HoldRecord
+
+__all__ = ("DRIFT_FACTOR", "DRIFT_S", "Guard", "Guarded", "Hold", "drift_margin")
+
+# The drift margin: Redisson's RedLock allows lease * 0.01 + 2 ms for clock drift; this
+# margin is 1 % of the lease plus 12 ms. The guard compares the LOCAL monotonic clock with
+# an expiry the SERVER keeps on ITS clock, both counting from one instant (the server runs
+# a command after it was sent), so what matters is:
+# * the clocks' rates: one slewed by NTP runs at most 500 ppm off, two of them 0.1 % of the
+#   lease apart at worst: 1 % is ten times that (a VM paused and resumed is not drift; no
+#   margin covers it: see the docs);
+# * the server's expiry granularity: whole milliseconds (PEXPIRE; a script's time is
+#   frozen as it starts; an expired key is never returned once its ms has passed), and the
+#   lease rounded to ms: 2 ms;
+# * the cancel's delivery: the timer fires late (epoll waits whole ms, rounded up), then
+#   the scope's callback and the body's next step take a loop iteration each:
+#   benchmarks/guard_latency.py measured p50 1.3 ms, p99 2.2 ms from confirmed_until to
+#   the body's CancelledError on a shared 2-core machine: 10 ms, four times that.
+DRIFT_FACTOR = 0.01
+DRIFT_S = 0.012
+
+
+def drift_margin(lease: float) -> float:
+    """How long before a ``lease`` (s) is confirmed to end the body is cancelled."""
+    return lease * DRIFT_FACTOR + DRIFT_S
+
+
+class Hold:
+    """A guarded hold (``async with lock.guarded() as hold``): what the body can rely on.
+
+    ``lost``: the hold was lost (the body is being cancelled, or was). ``confirmed_until``:
+    until when (``loop.time()``) the lock is confirmed held, drift margin deducted; the
+    body is cancelled then unless a renewal's answer moved it on. ``token``: a fenced
+    lock's fencing token (None for other kinds). ``await wait_lost()`` returns once the hold
+    is lost, or over (released): check ``lost``.
+    """
+
+    __slots__ = (
+        "_caps",
+        "_ended",
+        "_guards",
+        "_left",
+        "_margin",
+        "_need",
+        "_over",
+        "_records",
+        "_scope",
+        "_until",
+        "_why",
+        "token",
+    )
+
+    def __init__(
+        self,
+        records: Sequence[HoldRecord | None],
+        *,
+        need: int,
+        leases: Sequence[float | None],
+        margin: float,
+        guards: Sequence[Guard],
+        token: int | None = None,
+    ) -> None:
+        # Per member: its record (None: not taken, a RedLock's minority) and the end of an
+        # explicit lease (inf: the watchdog renews it), which no renewal moves.
+        self._records = list(records)
+        self._caps = [
+            math.inf if lease is None or record is None else record.confirmed
+            for record, lease in zip(records, leases, strict=True)
+        ]
+        self._need = need
+        self._margin = margin
+        self._guards = list(dict.fromkeys(guards))
+        self.token = token
+        self._why: str | None = None
+        self._until = self._compute_until()
+        self._scope: asyncio.Timeout | None = None
+        self._ended = asyncio.Event()
+        # Set once the body has left its block (whose exit started the release).
+        self._left = asyncio.Event()
+        self._over = False
+        for record in self._records:
+            if record is not None:
+                if record.guards is None:
+                    record.guards = []
+                record.guards.append(self)
+        if self._alive() < need:
+            # Lost between the acquire's answer and now (a RedLock short of its quorum):
+            # arm() cancels the body at once.
+            self._why = "it was not held when the body began"
+            self._ended.set()
+
+    def __repr__(self) -> str:
+        state = f"lost ({self._why})" if self._why else "held"
+        return f"<aiolock.Hold {state}, confirmed until {self.confirmed_until:.3f}>"
+
+    # -- public ---------------------------------------------------------------------------
+
+    @property
+    def lost(self) -> bool:
+        """Whether the hold was lost (the body is cancelled)."""
+        return self._why is not None
+
+    @property
+    def confirmed_until(self) -> float:
+        """Until when (``loop.time()``) the lock is confirmed held, less the drift margin."""
+        if self._why is None and not self._over:
+            self._until = self._compute_until()
+        return self._until
+
+    async def wait_lost(self) -> None:
+        """Return once the hold is lost or over; ``lost`` says which."""
+        await self._ended.wait()
+
+    # -- the guard's side -----------------------------------------------------------------
+
+    @property
+    def why(self) -> str | None:
+        """Why it was lost (None: it was not)."""
+        return self._why
+
+    def _alive(self) -> int:
+        return sum(1 for r in self._records if r is not None and r.lost is None and r.leases)
+
+    def _compute_until(self) -> float:
+        """The ``need``-th latest confirmation among the members still held, less the margin."""
+        times = sorted(
+            (
+                min(record.confirmed, cap)
+                for record, cap in zip(self._records, self._caps, strict=True)
+                if record is not None and record.lost is None
+            ),
+            reverse=True,
+        )
+        if len(times) < self._need:
+            return -math.inf
+        return times[self._need - 1] - self._margin
+
+    def member_lost(self, why: str) -> None:
+        """A member's record was found lost (the registry calls this)."""
+        if self._why is None and not self._over and self._alive() < self._need:
+            self.lose(why)
+
+    def lose(self, why: str) -> None:
+        """The hold is lost: cancel the body now (once)."""
+        if self._why is not None or self._over:
+            return
+        self._why = why
+        self._until = min(self._until, self._compute_until())
+        self._ended.set()
+        for guard in self._guards:
+            guard.unwatch(self)
+        self._fire()
+
+    def _fire(self) -> None:
+        scope = self._scope
+        if scope is not None:
+            # The only reschedule() call: the scope's own callback cancels the body's task
+            # in the next loop iteration, and its exit tells that cancel from any other.
+            scope.reschedule(asyncio.get_running_loop().time())
+
+    def arm(self, scope: asyncio.Timeout) -> None:
+        """The body runs in ``scope`` from now on; a loss already found cancels it at once."""
+        self._scope = scope
+        for guard in self._guards:
+            guard.watch(self)
+        if self._why is not None:
+            self._fire()
+
+    def end(self) -> None:
+        """The body ended: stop watching, let go of the records."""
+        self._scope = None
+        self._over = True
+        for guard in self._guards:
+            guard.unwatch(self)
+        for record in self._records:
+            if record is not None and record.guards:
+                # By identity: a Hold compares as any object, but be explicit.
+                record.guards[:] = [g for g in record.guards if g is not self]
+        self._ended.set()
+        self._left.set()
+
+    def deadline(self) -> float:
+        """When the body must stop unless confirmed again (-inf: lost)."""
+        return self.confirmed_until
+
+
+class Guard:
+    """One client's watch over its guarded holds: ONE timer for all their deadlines."""
+
+    __slots__ = ("_armed", "_handle", "_heap", "_loop", "_seq", "_watched", "lease")
+
+    def __init__(self, lease: float) -> None:
+        #: The client's watchdog lease (s): a guarded hold's drift margin without a lease.
+        self.lease = lease
+        self._heap: list[tuple[float, int, Hold]] = []
+        self._seq = itertools.count()
+        self._watched: dict[Hold, asyncio.Task[Any] | None] = {}
+        self._handle: asyncio.TimerHandle | None = None
+        self._armed = math.inf
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __len__(self) -> int:
+        return len(self._watched)
+
+    def watch(self, hold: Hold) -> None:
+        """Cancel ``hold``'s body at its deadline unless confirmed again by then."""
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            # A new event loop (the first one closed): whatever was scheduled died with it.
+            self._loop, self._heap, self._handle, self._armed = loop, [], None, math.inf
+        self._watched[hold] = asyncio.current_task()
+        self._push(hold.deadline(), hold)
+
+    def unwatch(self, hold: Hold) -> None:
+        """Stop watching ``hold`` (its heap entry is skipped when reached)."""
+        self._watched.pop(hold, None)
+        if not self._watched:
+            # Nothing left to watch: no timer, no stale entries (in place: _fire may be
+            # walking this very list).
+            self._heap.clear()
+            if self._handle is not None:
+                self._handle.cancel()
+                self._handle, self._armed = None, math.inf
+
+    def cancel_all_and_wait(self, why: str = "the client is closing") -> Awaitable[bool]:
+        """Cancel every guarded body now; the awaitable ends once each has left its block.
+
+        Each block's exit starts its release in the background. ``aclose()`` cancels first,
+        then waits (bounded: a body that swallows the cancel runs on): True if all left.
+        """
+        holds = list(self._watched)
+        self.cancel_all(why)
+        return _all_set([hold._left for hold in holds])
+
+    def cancel_all(self, why: str = "the client is closing") -> list[asyncio.Task[Any]]:
+        """Cancel every guarded body (``aclose()`` calls this first); their tasks.
+
+        Each block raises ``LockLostError`` (``why``) and releases in the background.
+        """
+        tasks = [task for task in self._watched.values() if task is not None]
+        for hold in list(self._watched):
+            hold.lose(why)
+        return tasks
+
+    def _push(self, when: float, hold: Hold) -> None:
+        heapq.heappush(self._heap, (when, next(self._seq), hold))
+        if when < self._armed:
+            self._arm(when)
+
+    def _arm(self, when: float) -> None:
+        assert self._loop is not None
+        if self._handle is not None:
+            self._handle.cancel()
+        self._armed = when
+        self._handle = self._loop.call_at(when, self._fire)
+
+    def _fire(self) -> None:
+        self._handle, self._armed = None, math.inf
+        assert self._loop is not None
+        now = self._loop.time()
+        heap = self._heap
+        while heap and heap[0][0] <= now:
+            _, _, hold = heapq.heappop(heap)
+            if hold not in self._watched:
+                continue
+            deadline = hold.deadline()
+            if deadline > now:
+                # Confirmed again since it was pushed: watch the new deadline.
+                heapq.heappush(heap, (deadline, next(self._seq), hold))
+            else:
+                hold.lose(
+                    "not confirmed by the server in time: its lease may end "
+                    f"{hold._margin * 1000:.0f} ms from now"
+                )
+        if heap:
+            self._arm(heap[0][0])
+
+
+class Guardable(Protocol):
+    """What ``Guarded`` needs of a lock (a handle, a MultiLock, a RedLock)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def _guard_acquire(self, wait: float | None, lease: float | None) -> Awaitable[Hold | None]:
+        """Acquire within ``wait`` and build the guarded hold; None if ``wait`` ran out."""
+        ...
+
+    def _guard_release(self, body_error: BaseException | None) -> Awaitable[None]:
+        """Release the hold (it was not lost), never hiding ``body_error``."""
+        ...
+
+    def _guard_release_soon(self) -> None:
+        """Release the hold in the background (it was lost)."""
+        ...
+
+    def _guard_holder(self) -> str:
+        """Who holds it, for the error."""
+        ...
+
+
+class Guarded:
+    """``async with lock.guarded(wait, lease) as hold``: see the module docstring."""
+
+    __slots__ = ("_entry", "_hold", "_lease", "_lock", "_scope", "_task", "_wait")
+
+    def __init__(self, lock: Guardable, wait: float | None, lease: float | None) -> None:
+        self._lock = lock
+        self._wait = wait
+        self._lease = lease
+        self._hold: Hold | None = None
+        self._scope: asyncio.Timeout | None = None
+        self._task: asyncio.Task[Any] | None = None
+        self._entry = 0
+
+    async def __aenter__(self) -> Hold:
+        if self._hold is not None:
+            raise RuntimeError("a guarded() block is entered once: call guarded() again")
+        hold = await self._lock._guard_acquire(self._wait, self._lease)
+        if hold is None:
+            assert self._wait is not None
+            raise LockTimeoutError(self._lock.name, self._wait)
+        task = asyncio.current_task()
+        assert task is not None  # the acquire ran in one
+        # No await from the acquire's answer to here: nothing can come in between.
+        scope = asyncio.timeout(None)
+        await scope.__aenter__()
+        self._hold, self._scope, self._task = hold, scope, task
+        # Cancel requests left over from before (a TaskGroup's, Python 3.11) are not ours.
+        self._entry = task.cancelling()
+        hold.arm(scope)
+        return hold
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        hold, scope, task = self._hold, self._scope, self._task
+        assert hold is not None
+        assert scope is not None
+        assert task is not None
+        lost = hold.why
+        hold.end()
+        ours = False
+        try:
+            await scope.__aexit__(exc_type, exc, tb)
+        except TimeoutError:
+            # The scope cancelled the body and no other cancel came: the loss did.
+            ours = True
+        if (
+            not ours
+            and scope.expired()
+            and isinstance(exc, asyncio.CancelledError)
+            and task.cancelling() <= self._entry
+        ):
+            # Python 3.11's scope converts only with no cancel request at all (uncancel()
+            # == 0): with requests left over from before the block, decide as 3.12 does.
+            ours = True
+        if lost is None:
+            # As at the end of `async with lock:`: a failed release is a note on the
+            # body's exception, or ReleaseError after a body that raised nothing.
+            await self._lock._guard_release(exc)
+            return
+        # Lost: not waited on. The block ends now, the release lands when it can.
+        self._lock._guard_release_soon()
+        error = LockLostError(self._lock.name, self._lock._guard_holder(), lost)
+        if ours or exc is None:
+            # The body's CancelledError (if any) as the context, as for any error raised
+            # while handling it.
+            error.__context__ = exc
+            raise error
+        # Another error ended the body (or a cancel from outside, which wins): it goes on,
+        # with the loss noted.
+        exc.add_note(f"aiolock: {error}")
+        return
+
+
+def guarded_hold(
+    records: Sequence[HoldRecord | None],
+    *,
+    need: int,
+    leases: Sequence[float | None],
+    guards: Sequence[Guard],
+    token: int | None = None,
+) -> Hold:
+    """A guarded hold over ``records``, its margin from the longest lease it relies on."""
+    longest = max(
+        (lease if lease is not None else guard.lease)
+        for lease, guard in zip(leases, guards, strict=True)
+    )
+    return Hold(
+        records,
+        need=need,
+        leases=leases,
+        margin=drift_margin(longest),
+        guards=guards,
+        token=token,
+    )
+
+
+async def _all_set(events: list[asyncio.Event]) -> bool:
+    for event in events:
+        await event.wait()
+    return True

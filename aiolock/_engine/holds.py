@@ -1,0 +1,362 @@
+"""What this client believes it holds, per (lock key, holder field).
+
+The server is the truth; this bookkeeping exists to tell a lost lease (``LockLostError``)
+from a lock never held (``LockNotOwnedError``), to know what the watchdog renews and which
+lease an unlock re-applies. It changes only in plain sync methods, called after the server
+answered, so it never runs ahead of Redis.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import weakref
+from dataclasses import dataclass
+from time import monotonic
+from typing import TYPE_CHECKING, Any, Protocol
+
+from .._events import Emitter
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from ..events import Kind
+
+__all__ = ("Hold", "HoldRegistry")
+
+# Past this many holds of ended tasks remembered, those whose lease ran out are forgotten.
+_ENDED_PRUNE = 1000
+
+log = logging.getLogger("aiolock")
+
+
+@dataclass(eq=False, slots=True)
+class Hold:
+    """One holder's hold on one lock, with a lease entry per reentrant acquisition.
+
+    ``leases`` has one entry per lock() still to be matched by an unlock(): the explicit
+    lease in ms, or None for a watchdog lease. The key is renewed while any entry is None.
+    """
+
+    key: str
+    field: str
+    name: str
+    holder: str
+    kind: str = "hash"
+    leases: list[int | None] = dataclasses.field(default_factory=list)
+    lost: str | None = None
+    releasing: int = 0
+    # Extra data a renewal kind needs (the read lock's timeout-key prefix).
+    extra: str = ""
+    # The task it belongs to (None with owner=): its end stops the renewal.
+    task: asyncio.Task[Any] | None = None
+    # When this client last saw the hold begin (from a count of 0, or afresh after a loss),
+    # on the registry's clock: a force_unlock() sent after that moment deleted it.
+    since: int = 0
+    # The registry's set of ``task``'s holds, this one among them: dropping the hold needs
+    # no lookup in the registry's weak mapping (a weak lookup per unlock is measurable).
+    task_holds: set[Hold] | None = dataclasses.field(default=None, repr=False)
+    # The primitive it is a hold of (the engine's ``Primitive``, opaque here): what
+    # aclose() needs to release it once its task has ended.
+    primitive: Any = dataclasses.field(default=None, repr=False)
+    # Until when (loop.time()) the server keeps it at least: the send time of the last
+    # answered acquire or renewal plus the lease it set (0: not known). The guard reads it.
+    confirmed: float = 0.0
+    # Acquires recorded with a confirmation: a renewal answered after another one was
+    # recorded may have run before that acquire set a shorter lease, and confirms nothing.
+    confirms: int = 0
+    # The guarded holds (``guard.Hold``) watching this one: told at once when it is lost.
+    guards: list[Any] | None = dataclasses.field(default=None, repr=False)
+    # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
+    # event); None: begun otherwise (holds found on the server, say), and its end is not
+    # announced either: every ``Released`` or ``Lost`` matches one ``Acquired``.
+    began: float | None = None
+    # The lock kind that began it (the events' ``kind``): one hold may be re-entered through
+    # handles of other kinds on the same key (a lock and a spin lock share the layout).
+    began_as: Kind = "lock"
+    # Logged as held past slow_hold already (by the renewal round): its release says so
+    # at INFO only.
+    slow_logged: bool = False
+
+    @property
+    def count(self) -> int:
+        """Reentrancy count as this client believes it."""
+        return len(self.leases)
+
+    @property
+    def renewed(self) -> bool:
+        """Whether the watchdog keeps this hold alive."""
+        return self.lost is None and None in self.leases
+
+    def reapply_ms(self, watchdog_ms: int) -> int:
+        """The lease an unlock re-applies while holds remain."""
+        if None in self.leases or not self.leases:
+            return watchdog_ms
+        last = self.leases[-1]
+        assert last is not None
+        return last
+
+
+class Renewal(Protocol):
+    """What the registry needs of the watchdog (``renewal.RenewalService``)."""
+
+    def track(self, hold: Hold) -> None:
+        """Renew ``hold`` from now on."""
+
+    def untrack(self, hold: Hold) -> None:
+        """Stop renewing ``hold``."""
+
+
+class HoldRegistry:
+    """Every hold of one client, and the link to its renewal service."""
+
+    __slots__ = ("_by_task", "_clock", "_ended", "_holds", "_renewal", "_watchdog_ms", "events")
+
+    def __init__(
+        self, renewal: Renewal, *, watchdog_ms: int = 30_000, events: Emitter | None = None
+    ) -> None:
+        self._renewal = renewal
+        #: Told when a hold ends (``Released``, ``Lost``); the engine tells it of acquisitions.
+        self.events = events if events is not None else Emitter()
+        self._watchdog_ms = watchdog_ms
+        # Holds whose task ended holding them, each with how many holds it kept and the
+        # latest (loop) time its lease can still run: aclose() releases them at once.
+        self._ended: dict[Hold, tuple[int, float]] = {}
+        # Counts the holds begun; see Hold.since.
+        self._clock = 0
+        self._holds: dict[tuple[str, str], Hold] = {}
+        self._by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], set[Hold]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, key: str, field: str) -> Hold | None:
+        """The hold of ``field`` on ``key``, if this client believes it has one."""
+        return self._holds.get((key, field))
+
+    def holding(self, key: str, field: str) -> bool:
+        """Whether ``field`` holds ``key`` now, as far as this client knows."""
+        hold = self._holds.get((key, field))
+        return hold is not None and hold.count > 0 and hold.lost is None
+
+    def count(self, key: str, field: str) -> int:
+        """How many holds ``field`` has on ``key`` as this client believes (lost or not)."""
+        hold = self._holds.get((key, field))
+        return hold.count if hold is not None else 0
+
+    def on_key(self, key: str) -> list[Hold]:
+        """Every hold of this client on ``key``."""
+        return [hold for hold in self._holds.values() if hold.key == key]
+
+    def __iter__(self) -> Iterator[Hold]:
+        return iter(list(self._holds.values()))
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    def clock(self) -> int:
+        """Now, on the clock of Hold.since: every hold begun later has a greater ``since``."""
+        return self._clock
+
+    def _begin(self, hold: Hold) -> None:
+        self._clock += 1
+        hold.since = self._clock
+
+    def acquired(
+        self,
+        *,
+        key: str,
+        field: str,
+        name: str,
+        holder: str,
+        task: asyncio.Task[Any] | None,
+        count: int,
+        lease_ms: int | None,
+        kind: str = "hash",
+        extra: str = "",
+        confirmed: float | None = None,
+    ) -> Hold:
+        """Record a successful acquisition; ``count`` is the server's count after it.
+
+        ``confirmed``: until when the acquire's answer shows the lease runs (its send time
+        plus its lease); None: no new confirmation.
+        """
+        hold = self._holds.get((key, field))
+        if hold is None:
+            hold = self._holds[key, field] = Hold(
+                key, field, name, holder, kind, extra=extra, task=task
+            )
+            if task is not None:
+                self._watch_task(task, hold)
+            self._begin(hold)
+        elif hold.lost is not None or hold.count + 1 != count:
+            self._begin(hold)
+        if hold.lost is not None or hold.count + 1 != count:
+            if hold.count:
+                log.warning(
+                    "aiolock: %s re-entered lock %r, but %d earlier hold(s) had been lost "
+                    "(%s); its hold count is now %d",
+                    holder,
+                    name,
+                    hold.count,
+                    hold.lost or "count mismatch",
+                    count,
+                )
+            hold.leases = [lease_ms] * (count - 1)
+            hold.lost = None
+        hold.leases.append(lease_ms)
+        if confirmed is not None:
+            # Set, not raised: the acquire set the lease anew, perhaps shorter than before.
+            hold.confirmed = confirmed
+            hold.confirms += 1
+        if hold.renewed:
+            self._renewal.track(hold)
+        return hold
+
+    def released(self, hold: Hold, *, fully: bool) -> None:
+        """Record an unlock the server confirmed."""
+        if fully:
+            began = hold.began
+            if began is not None and hold.lost is None:
+                self.events.released(
+                    hold.began_as,
+                    hold.name,
+                    hold.holder,
+                    monotonic() - began,
+                    warned=hold.slow_logged,
+                )
+            self.drop(hold)
+            return
+        if hold.leases:
+            hold.leases.pop()
+        # Renewal may have been paused while the release went unanswered: the holds left
+        # need it again.
+        if hold.renewed:
+            self._renewal.track(hold)
+        else:
+            self._renewal.untrack(hold)
+
+    def extended(self, hold: Hold, lease_ms: int) -> None:
+        """Record an extend() the server confirmed: explicit leases become ``lease_ms``.
+
+        Watchdog entries stay None: the hold stays renewed.
+        """
+        hold.leases = [lease if lease is None else lease_ms for lease in hold.leases]
+
+    def drop(self, hold: Hold, *, ended: str | None = None) -> None:
+        """Forget ``hold`` entirely.
+
+        ``ended``: the hold ends here unreleased, and unknown to be lost (its task ended,
+        its release went unanswered): a ``Lost`` event with this ``how``.
+        """
+        if ended is not None and hold.count and hold.lost is None:
+            self._ended_unreleased(hold, ended)
+        hold.leases.clear()
+        self._renewal.untrack(hold)
+        if self._holds.get((hold.key, hold.field)) is hold:
+            del self._holds[hold.key, hold.field]
+        if hold.task_holds is not None:
+            # A long-lived task takes many holds; only the current ones are kept.
+            hold.task_holds.discard(hold)
+
+    def disown(self, hold: Hold) -> None:
+        """Detach ``hold`` from its task, which may end before the hold is released for it.
+
+        A hand-over the task left before it landed: no "ended while held" warning then.
+        """
+        if hold.task_holds is not None:
+            hold.task_holds.discard(hold)
+            hold.task_holds = None
+        hold.task = None
+
+    def _ended_unreleased(self, hold: Hold, how: str) -> None:
+        began = hold.began
+        if began is not None:
+            self.events.lost(hold.began_as, hold.name, hold.holder, monotonic() - began, how)
+            hold.began = None  # announced once
+
+    def mark_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:
+        """The hold is gone on the server: stop renewing, remember why for unlock().
+
+        ``how``: what found it (a ``Lost`` event's ``how``).
+        """
+        if hold.lost is None:
+            if hold.count:
+                self._ended_unreleased(hold, how)
+            hold.lost = why
+        self._renewal.untrack(hold)
+        if hold.guards:
+            # Guarded bodies stop at once (the guard only schedules their cancellation).
+            for guarded in list(hold.guards):
+                guarded.member_lost(why)
+
+    def report_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:
+        """A hold found gone on the server: log it once, then mark it lost."""
+        log.warning(
+            "aiolock: lock %r held by %s was lost (%s): mutual exclusion is no longer "
+            "guaranteed; its unlock() will raise LockLostError",
+            hold.name,
+            hold.holder,
+            why,
+        )
+        self.mark_lost(hold, why, how)
+
+    def mark_key_lost(self, key: str, why: str, *, begun_by: int) -> None:
+        """Mark lost every local hold on ``key`` begun by ``begun_by`` (a ``clock()``).
+
+        A force_unlock() sent at that moment deleted them. A hold begun later may have
+        been taken after the deletion and is left alone; if the deletion took it too, the
+        watchdog or its unlock() finds and reports that.
+        """
+        for hold in list(self._holds.values()):
+            if hold.key == key and hold.since <= begun_by:
+                self.mark_lost(hold, why, "force_unlock")
+
+    def _watch_task(self, task: asyncio.Task[Any], hold: Hold) -> None:
+        holds = self._by_task.get(task)
+        if holds is None:
+            holds = self._by_task[task] = set()
+            task.add_done_callback(self._task_done)
+        holds.add(hold)
+        hold.task_holds = holds
+
+    def ended(self, now: float) -> list[tuple[Hold, int]]:
+        """Take the holds whose task ended holding them, with how many holds each kept.
+
+        Only those whose lease may still run at ``now`` (loop time).
+        """
+        ended, self._ended = self._ended, {}
+        return [(hold, kept) for hold, (kept, until) in ended.items() if until > now]
+
+    def _remember_ended(self, hold: Hold, kept: int, watchdog_ms: int) -> None:
+        now = asyncio.get_running_loop().time()
+        # The lease runs at most this long from now: the renewal stops here.
+        longest = max([watchdog_ms, *(lease for lease in hold.leases if lease is not None)])
+        if len(self._ended) >= _ENDED_PRUNE:
+            # A long-lived client whose tasks keep ending holding: forget the expired.
+            self._ended = {h: v for h, v in self._ended.items() if v[1] > now}
+        self._ended[hold] = (kept, now + longest / 1000)
+
+    def _task_done(self, task: asyncio.Task[Any]) -> None:
+        # A task cannot unlock after it ended: its holds would otherwise be renewed forever.
+        # A copy: drop() takes each hold out of the set.
+        for hold in list(self._by_task.pop(task, ())):
+            if self._holds.get((hold.key, hold.field)) is not hold:
+                continue
+            # An unlock() cut off by a cancellation finishes in the background and settles
+            # the hold itself: the task let go of those holds, it did not end holding them.
+            kept = hold.count - hold.releasing
+            # A hold already known lost was reported when it was found.
+            if kept > 0 and hold.lost is None:
+                log.warning(
+                    "aiolock: task %s ended while %s held lock %r (%d hold(s)); it is no "
+                    "longer renewed and expires with its lease, or is released when the "
+                    "client closes",
+                    task.get_name(),
+                    hold.holder,
+                    hold.name,
+                    kept,
+                )
+                self._remember_ended(hold, kept, self._watchdog_ms)
+            if kept > 0:
+                self.drop(hold, ended="task_ended")

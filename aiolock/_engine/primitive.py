@@ -1,0 +1,217 @@
+"""What a synchronizer tells the engine about itself: the vocabulary between the two.
+
+A primitive (the reentrant lock, the fair lock, each side of the read-write lock) is a
+small, I/O-free description: which scripts it runs with which keys and arguments, which
+channel wakes its waiters and how many a message wakes, whether newcomers queue behind
+local waiters, whether a waiter that gives up must tell the server, and how a hold renews.
+The engine (``engine.py``) does everything else, once, for all of them: attempts, waiting,
+deadlines, cancellation and undo, the order of one holder's calls, lease-lost reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+
+from .._config import check_name
+from .._net.scripts import load_script
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+
+    from .._config import Settings
+    from .._net.scripts import Script
+    from ..events import Kind
+    from .holds import HoldRegistry
+
+__all__ = ("Call", "Invocation", "Outcome", "Primitive", "Waitable", "lock_wake_count")
+
+
+def lock_wake_count(data: bytes) -> int | None:
+    """Lock channels: ``0`` (unlock) wakes one waiter, ``1`` (write unlock) wakes all."""
+    return None if data == b"1" else 1
+
+
+class Invocation(NamedTuple):
+    """One script call, ready to send: the engine runs it and decodes its reply."""
+
+    script: Script
+    keys: list[str]
+    args: Sequence[str | int | bytes]
+
+
+class Outcome(NamedTuple):
+    """One attempt of a counting object (a take, or a look at a latch).
+
+    What the engine's waiting loop needs to know of it.
+    """
+
+    #: It took (or found) what the call waits for.
+    done: bool
+    #: How long the caller may wait at most before it tries again (None: until woken, or
+    #: the engine's re-check).
+    wait: float | None = None
+    #: Not done, but something is left another waiter could use (fewer permits than this
+    #: call asked for): a wake-up it was given goes on to the next waiter.
+    spare: bool = False
+
+
+class Call(NamedTuple):
+    """What one acquire call fixed before its first round trip.
+
+    A NamedTuple, not a frozen dataclass: one is made per acquire call, and a tuple is
+    built several times faster.
+    """
+
+    holder: str
+    task: asyncio.Task[Any] | None
+    field: str
+    lease_ms: int
+    # The lease recorded for the hold: None means the watchdog renews it.
+    won_lease: int | None
+    # The caller's wait: None forever, 0 a single attempt that never queues.
+    wait: float | None
+    deadline: float | None
+    # The task's count of cancel requests when the call started (see cancel.py).
+    mark: int
+    # Where the acquisition's token goes (a fenced lock's caller asks for it), else None.
+    receipt: list[int] | None = None
+    # The task that made the call (None outside one), for its cancel checks; it differs
+    # from ``task`` when the call is made for an explicit owner=.
+    caller: asyncio.Task[Any] | None = None
+    # A guarded acquire: note the send time of the attempt that takes the hold (the
+    # guard's confirmation), which plain acquires spare themselves.
+    timed: bool = False
+    # When the call began (time.monotonic()): its events' and slow-wait log's time waited.
+    started: float = 0.0
+
+
+class Waitable:
+    """What the engine's waiting needs of any object.
+
+    Its name and key, the channel that wakes its waiters, and how many waiters a message
+    wakes.
+
+    The counting objects (the semaphore, the count-down latch) are waitables with scripts
+    of their own; the lock types are waitables with holds (:class:`Primitive`).
+    """
+
+    __slots__ = ("key", "name", "settings")
+
+    #: Waiters are shared: every message wakes them all, as what lets one in lets them
+    #: all in (readers); else only as many as the message's count says.
+    shared_waits: ClassVar[bool] = False
+    #: A successful take leaves a receipt under its tombstone's name (the semaphore), to
+    #: delete once the take has returned.
+    receipts: ClassVar[bool] = False
+
+    def __init__(self, settings: Settings, name: str) -> None:
+        self.settings = settings
+        #: The name as the user gave it (for messages).
+        self.name = check_name(name)
+        #: The key that holds the state: holds, waits and a holder's calls are per key.
+        self.key = settings.key_prefix + name
+
+    def channel(self, holder: str) -> str:  # pragma: no cover - abstract
+        """The channel whose messages wake ``holder``'s waits."""
+        raise NotImplementedError
+
+    def wake_count(self, data: bytes) -> int | None:
+        """How many exclusive local waiters a message ``data`` on the channel wakes."""
+        return lock_wake_count(data)
+
+
+class Primitive(Waitable):
+    """A lock type as the engine sees it: plain, sync methods, no I/O.
+
+    A lock type subclasses it and supplies its scripts (``acquire``, ``rollback``,
+    ``release``, ``force``) and its ``channel``; the rest has defaults for a hash-field
+    hold woken by Redisson's lock messages.
+    """
+
+    __slots__ = ()
+
+    #: Newcomers queue behind this client's waiters instead of barging (lock types whose
+    #: release wakes one waiter): else the task that just released, trying at once,
+    #: re-takes the lock before the waiter woken by the release message can.
+    no_barging: ClassVar[bool] = False
+    #: A release that frees the lock may hand it straight to a waiter of the same client
+    #: (``release(heir=...)``), saving a message and the waiters' attempts; only to a
+    #: waiter whose primitive takes it (:meth:`takes_hand_over`).
+    hands_over: ClassVar[bool] = False
+    #: A waiter that gives up must tell the server (the fair lock's queue).
+    leaves_queue: ClassVar[bool] = False
+    #: The lock kind its events name (``aiolock.events.Kind``).
+    lock_kind: ClassVar[Kind]
+    #: Nothing is published when the lock frees (the spin lock): waiters try again after
+    #: the pauses of ``pauses()`` instead of subscribing. This client's own releases
+    #: still wake its own waiters at once.
+    polls: ClassVar[bool] = False
+
+    def pauses(self) -> Iterator[float]:  # pragma: no cover - only where ``polls``
+        """The seconds a polling waiter waits before each next attempt (fresh per call)."""
+        raise NotImplementedError
+
+    def field(self, holder: str) -> str:
+        """The hash field of ``holder`` (the write lock appends ``:write``)."""
+        return holder
+
+    def takes_hand_over(self, releaser: Primitive) -> bool:
+        """Whether this primitive's waiting call may be handed the lock by ``releaser``.
+
+        Only where the hold ``releaser``'s release script writes for its heir is exactly what
+        this primitive's own acquisition takes: else the heir would hold the lock without
+        part of its acquisition (a fenced lock's token). A waiter that does not take it is
+        woken by the release's message and tries itself.
+        """
+        return False
+
+    def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
+        """Raise if an acquire by ``holder`` can never succeed (an upgrade); else nothing."""
+
+    def hold_kind(self, holder: str) -> tuple[str, str]:
+        """How a hold renews: its renewal kind and the extra data that kind needs."""
+        return "hash", ""
+
+    def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
+        """Give ``field``'s hold a lease of ``lease_ms`` from now: ``[1]``, or ``[0]`` if gone.
+
+        The watchdog's own renewal script for the hold's kind, on a batch of one: an
+        extend is a renewal with a lease of the caller's choosing. ``extra`` is the hold
+        kind's data (``hold_kind``), ``count`` the holder's number of holds.
+        """
+        return Invocation(load_script("lock_renew"), [self.key], [lease_ms, field])
+
+    def acquire(
+        self, call: Call, target: int, tombstone: str
+    ) -> Invocation:  # pragma: no cover - abstract
+        """One attempt: take a hold if the holder has ``target - 1`` of them."""
+        raise NotImplementedError
+
+    def rollback(
+        self, call: Call, target: int, tombstone: str, reapply_ms: int
+    ) -> Invocation:  # pragma: no cover - abstract
+        """Undo an attempt cut off in flight: give back hold ``target`` if it was taken."""
+        raise NotImplementedError
+
+    def leave(self, call: Call) -> tuple[Invocation, int] | None:
+        """How to tell the server the call stopped waiting (None: nothing to tell).
+
+        With the invocation comes how many ms its entry lives there at most: resending it
+        longer is pointless.
+        """
+        return None
+
+    def release(
+        self, field: str, reapply_ms: int, latch: str, heir: Call | None = None
+    ) -> Invocation:  # pragma: no cover - abstract
+        """Release one hold of ``field``; ``latch`` makes a resend replay the first reply.
+
+        ``heir`` (only where ``hands_over``): if this frees the lock, give it to that
+        waiting call's holder instead, with the call's lease.
+        """
+        raise NotImplementedError
+
+    def force(self) -> Invocation:  # pragma: no cover - abstract
+        """Delete the lock whoever holds it, and wake its waiters."""
+        raise NotImplementedError

@@ -1,0 +1,468 @@
+"""The watchdog: ONE task per client renews every watchdog-held lease in batches.
+
+Every ``watchdog_timeout / 3`` it sends each server its share: one script call per batch
+of at most 100 holds of one kind: ``hash`` holds (a holder field in a hash: lock, fair lock,
+write lock) through ``lock_renew.lua``, ``read`` holds (a read-write lock's reader) through
+``rw_read_renew.lua``, which renews that holder's own per-hold timeout keys, and nobody
+else's, and judges each read hold alive by its own timeout key, not by the holder's field
+(``frw`` holds, a fair read-write lock's, through ``frw_renew.lua``; ``permit`` holds, a
+permit-expirable semaphore's permits taken by ``acquired()``, through ``psem_renew.lua``,
+which moves the permit's expiry score forward). A hold whose holder
+field is gone is reported lost (WARNING, then ``LockLostError`` at the holder's
+unlock); an error is logged and that server is tried again a quarter period later.
+
+Each server is renewed on its own time: a server that does not answer (frozen, cut off)
+delays only its own holds. Its share stays in flight until the connection gives up on it,
+and meanwhile it is sent no other, while the other servers' shares go out every period.
+Its holds are reported lost once it answers again and they are found gone.
+
+An outage is logged once per server (``_Outages``): a WARNING at its first failed share,
+nothing for the next ones (there is one every quarter period), and a WARNING with the
+count and the length of the outage when a share is answered again. Each round ends with a
+``RenewalRound`` event (``_events.Emitter``) once its last share is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from asyncio import FIRST_COMPLETED
+from collections.abc import Callable, Collection
+from time import monotonic
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from redis.exceptions import RedisError
+
+from .._events import Emitter
+from .._net.scripts import load_script
+from .cancel import cancel_mark, cancelled_since
+
+if TYPE_CHECKING:
+    from .._net.scripts import Script, ScriptRunner
+    from .._net.transport import CommandTransport
+    from .holds import Hold
+
+__all__ = ("BATCH_SIZE", "RenewalService")
+
+log = logging.getLogger("aiolock")
+
+BATCH_SIZE = 100
+
+#: A server, as the connection its keys' commands go to (None: not located yet).
+Server: TypeAlias = "CommandTransport | None"
+KeysOf = Callable[[list["Hold"]], list[str]]
+ArgsOf = Callable[[list["Hold"]], list[str | bytes]]
+
+
+def _hash_kind() -> tuple[Script, KeysOf, ArgsOf]:
+    # KEYS[i] = the hash of hold i; ARGV[i+1] = its holder field.
+    return (
+        load_script("lock_renew"),
+        lambda batch: [hold.key for hold in batch],
+        lambda batch: [hold.field for hold in batch],
+    )
+
+
+def _watchdog_holds(hold: Hold) -> str:
+    # Read hold k (1-based, in acquisition order) has its own timeout key and lease; only
+    # those taken without an explicit lease are the watchdog's to renew.
+    return ",".join(str(k) for k, lease in enumerate(hold.leases, 1) if lease is None)
+
+
+def _read_kind() -> tuple[Script, KeysOf, ArgsOf]:
+    # KEYS[2i-1], KEYS[2i] = the hash of hold i and its holder's timeout-key prefix;
+    # ARGV[2i], ARGV[2i+1] = its holder field and the numbers of its watchdog holds.
+    return (
+        load_script("rw_read_renew"),
+        lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
+        lambda batch: [arg for hold in batch for arg in (hold.field, _watchdog_holds(hold))],
+    )
+
+
+def _fair_rw_kind() -> tuple[Script, KeysOf, ArgsOf]:
+    # KEYS[2i-1], KEYS[2i] = the holds' hash of hold i and its leases ZSET; ARGV[i+1] = its
+    # field.
+    return (
+        load_script("frw_renew"),
+        lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
+        lambda batch: [hold.field for hold in batch],
+    )
+
+
+def _permit_kind() -> tuple[Script, KeysOf, ArgsOf]:
+    # KEYS[i] = the "{name}:timeout" ZSET of permit i (``extra``); ARGV[i+1] = its id, the
+    # 16 raw bytes of the hex ``field``.
+    return (
+        load_script("psem_renew"),
+        lambda batch: [hold.extra for hold in batch],
+        lambda batch: [bytes.fromhex(hold.field) for hold in batch],
+    )
+
+
+#: Per hold kind: its renewal script and how a batch of holds becomes its KEYS and ARGV.
+_KINDS: dict[str, Callable[[], tuple[Script, KeysOf, ArgsOf]]] = {
+    "hash": _hash_kind,
+    "read": _read_kind,
+    "frw": _fair_rw_kind,
+    "permit": _permit_kind,
+}
+
+
+def _holds_in(by_kind: dict[str, list[list[Hold]]]) -> int:
+    return sum(len(batch) for batches in by_kind.values() for batch in batches)
+
+
+class _Schedule:
+    """When each server's share is next due: plain state, the renewal task does the I/O.
+
+    Every server is due each period (``tick``); one whose share failed is due again a
+    quarter period after it was sent; one whose share is unanswered is not due at all
+    (another share would only queue behind it on the same connection).
+    """
+
+    __slots__ = ("_interval", "_retry", "_sent", "tick")
+
+    def __init__(self, interval: float, now: float) -> None:
+        self._interval = interval
+        self.tick = now + interval
+        # Servers whose last share failed, and when to send them another (none in flight).
+        self._retry: dict[Server, float] = {}
+        # Servers with a share in flight, and when it was sent.
+        self._sent: dict[Server, float] = {}
+
+    def wake(self) -> float:
+        """When the next share is due."""
+        return min([self.tick, *self._retry.values()])
+
+    def answered(self, server: Server, *, ok: bool, now: float) -> None:
+        """``server``'s share came back (``ok``: every call in it answered)."""
+        sent = self._sent.pop(server)
+        if not ok:
+            # Again well before the leases run out: a full period later, two failures in a
+            # row would already lose them.
+            self._retry[server] = max(now, sent + self._interval / 4)
+
+    def due(self, now: float, servers: Collection[Server]) -> tuple[bool, list[Server]]:
+        """Whether a period began, and which of ``servers`` (those with holds) to send now.
+
+        They count as sent from ``now`` on.
+        """
+        ticked = now >= self.tick
+        if ticked:
+            self.tick = max(self.tick + self._interval, now)
+        for server in [server for server in self._retry if server not in servers]:
+            del self._retry[server]  # none of its holds is left
+        due = [
+            server
+            for server in servers
+            if server not in self._sent and (ticked or self._retry.get(server, self.tick) <= now)
+        ]
+        for server in due:
+            self._retry.pop(server, None)
+            self._sent[server] = now
+        return ticked, due
+
+
+def _server_name(server: Server) -> str:
+    peer = None if server is None else server.last_peer
+    return peer or "the server"
+
+
+class _Outages:
+    """Which servers' renewals fail now: one WARNING when that starts, one when it ends.
+
+    A share is retried every quarter period while it fails: logging each failure would
+    repeat the same line every few seconds for as long as the outage lasts.
+    """
+
+    __slots__ = ("_down", "_retry")
+
+    def __init__(self, retry: float) -> None:
+        self._retry = retry
+        # Per failing server: when its first failure came, and how many failed since.
+        self._down: dict[Server, list[float]] = {}
+
+    def failed(self, server: Server, holds: int, exc: BaseException) -> None:
+        down = self._down.get(server)
+        if down is not None:
+            down[1] += 1
+            log.debug("aiolock: renewal on %s failed again (%s)", _server_name(server), exc)
+            return
+        self._down[server] = [monotonic(), 1]
+        log.warning(
+            "aiolock: could not renew %d lock lease(s) on %s (%s); retrying every %.3g s, "
+            "logged again when it works",
+            holds,
+            _server_name(server),
+            exc,
+            self._retry,
+        )
+
+    def answered(self, server: Server) -> None:
+        down = self._down.pop(server, None)
+        if down is not None:
+            since, count = down
+            log.warning(
+                "aiolock: renewal on %s works again after %d failed attempt(s) over %.1f s",
+                _server_name(server),
+                int(count),
+                monotonic() - since,
+            )
+
+    def forget(self, servers: Collection[Server]) -> None:
+        """Drop the servers not in ``servers`` (no hold left there: nothing to recover)."""
+        for server in [server for server in self._down if server not in servers]:
+            del self._down[server]
+
+
+class _Round:
+    """One period's shares still in flight, for its ``RenewalRound`` event."""
+
+    __slots__ = ("failed", "holds", "pending", "servers", "started")
+
+    def __init__(self, pending: set[asyncio.Task[bool]], holds: int) -> None:
+        self.started = monotonic()
+        self.pending = pending
+        self.servers = len(pending)
+        self.holds = holds
+        self.failed = 0
+
+
+class RenewalService:
+    """Renews the leases of tracked holds until they are untracked or found lost."""
+
+    def __init__(
+        self,
+        runner: ScriptRunner,
+        *,
+        lease_ms: int,
+        interval: float,
+        spawn: Callable[[Any], asyncio.Task[Any]],
+        on_lost: Callable[[Hold, str], None],
+        batch_size: int = BATCH_SIZE,
+        events: Emitter | None = None,
+    ) -> None:
+        self._runner = runner
+        self._events = events if events is not None else Emitter()
+        self._outages = _Outages(interval / 4)
+        self._lease_ms = lease_ms
+        self._interval = interval
+        self._spawn = spawn
+        self._on_lost = on_lost
+        self._batch_size = batch_size
+        self._holds: dict[Hold, None] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+        #: Renewal script calls sent so far (benchmarks and tests read it).
+        self.calls = 0
+        #: Renewal rounds run so far: each renews every tracked hold once (but those of a
+        #: server whose previous share is still unanswered).
+        self.rounds = 0
+        #: Script calls the last round sent.
+        self.last_round_calls = 0
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    def track(self, hold: Hold) -> None:
+        """Renew ``hold`` from the next period on."""
+        assert hold.kind in _KINDS, f"no renewal for hold kind {hold.kind!r}"
+        self._holds[hold] = None
+        if self._task is None and not self._closed:
+            self._task = self._spawn(self._run())
+
+    def untrack(self, hold: Hold) -> None:
+        """Stop renewing ``hold``."""
+        self._holds.pop(hold, None)
+
+    async def _run(self) -> None:
+        # One task schedules every server's share; each share in flight is a child task of
+        # this one (at most one per server, so a frozen server holds one task, not one per
+        # period), cancelled with it: aclose() stops them all by cancelling this task.
+        loop = asyncio.get_running_loop()
+        schedule = _Schedule(self._interval, loop.time())
+        flying: dict[asyncio.Task[bool], Server] = {}
+        # The rounds whose shares are not all back yet (a frozen server's may span several).
+        rounds: list[_Round] = []
+        try:
+            while self._holds or flying:
+                # Sleep to an absolute time: the renewal's own duration must not stretch
+                # the period (10,000 locks take a noticeable fraction of it). An answer
+                # wakes it too: a server that failed is tried again on its own time.
+                delay = max(0.0, schedule.wake() - loop.time())
+                if flying:
+                    await asyncio.wait(flying, timeout=delay, return_when=FIRST_COMPLETED)
+                else:
+                    await asyncio.sleep(delay)
+                now = loop.time()
+                done = [task for task in flying if task.done()]
+                for task in done:
+                    schedule.answered(flying.pop(task), ok=task.result(), now=now)
+                if rounds and done:
+                    self._rounds_answered(rounds, done)
+                # With no hold left, this only moves the schedule on (holds tracked while a
+                # share is still in flight are due at the next period, as any).
+                shares = self._shares()
+                self._outages.forget(shares)
+                ticked, due = schedule.due(now, shares)
+                calls = 0
+                sent: set[asyncio.Task[bool]] = set()
+                for server in due:
+                    calls += self._count(shares[server])
+                    task = loop.create_task(self._renew_share(server, shares[server]))
+                    flying[task] = server
+                    sent.add(task)
+                if ticked and self._events.slow_hold is not None:
+                    self._log_slow_holds()
+                if ticked and shares:
+                    self.rounds += 1
+                    self.last_round_calls = calls
+                    if sent:
+                        holds = sum(_holds_in(shares[server]) for server in due)
+                        rounds.append(_Round(sent, holds))
+        finally:
+            self._task = None
+            for task in flying:
+                task.cancel()
+            if flying:
+                # Their end is this task's: wait for it, whatever cancels this one.
+                await asyncio.wait(flying)
+
+    def _log_slow_holds(self) -> None:
+        """Log, once per hold, each watchdog hold held past ``slow_hold`` so far.
+
+        Once a period, from the renewal's own pass over its holds: a hold with a lease of
+        its own is not renewed, and its slow hold is logged at its release only.
+        """
+        events = self._events
+        limit = events.slow_hold
+        assert limit is not None
+        now = monotonic()
+        for hold in self._holds:
+            began = hold.began
+            if began is not None and not hold.slow_logged and now - began > limit:
+                hold.slow_logged = True
+                events.held_long(hold.began_as, hold.name, hold.holder, now - began)
+
+    def _rounds_answered(self, rounds: list[_Round], done: list[asyncio.Task[bool]]) -> None:
+        """Count the shares back in ``done``; a round whose last share is back ends."""
+        for round_ in list(rounds):
+            for task in done:
+                if task in round_.pending:
+                    round_.pending.discard(task)
+                    if not task.result():
+                        round_.failed += 1
+            if not round_.pending:
+                rounds.remove(round_)
+                self._events.renewal_round(
+                    round_.servers, round_.holds, monotonic() - round_.started, round_.failed
+                )
+
+    async def renew_once(self) -> bool:
+        """Renew every tracked hold now, one share per server, all at once; False on error.
+
+        Tests and benchmarks call it; the watchdog sends each server its share on that
+        server's own time (see ``_run``).
+        """
+        shares = self._shares()
+        self.rounds += 1
+        self.last_round_calls = sum(self._count(by_kind) for by_kind in shares.values())
+        started = monotonic()
+        answers = await asyncio.gather(
+            *(self._renew_share(server, by_kind) for server, by_kind in shares.items())
+        )
+        if shares:
+            self._events.renewal_round(
+                len(shares),
+                sum(_holds_in(by_kind) for by_kind in shares.values()),
+                monotonic() - started,
+                answers.count(False),
+            )
+        return all(answers)
+
+    def _count(self, by_kind: dict[str, list[list[Hold]]]) -> int:
+        """The script calls of one share, counted as it is sent."""
+        calls = sum(len(batches) for batches in by_kind.values())
+        self.calls += calls
+        return calls
+
+    def _shares(self) -> dict[Server, dict[str, list[list[Hold]]]]:
+        """The tracked holds, per server, per kind, in batches of one shard each.
+
+        One script call renews holds of one kind in one shard (a cluster's slot: a script
+        touches one slot only).
+        """
+        runner = self._runner
+        by_shard: dict[tuple[str, int], list[Hold]] = {}
+        for hold in self._holds:
+            by_shard.setdefault((hold.kind, runner.shard(hold.key)), []).append(hold)
+        shares: dict[Server, dict[str, list[list[Hold]]]] = {}
+        size = self._batch_size
+        for (kind, _), holds in by_shard.items():
+            batches = shares.setdefault(runner.server(holds[0].key), {}).setdefault(kind, [])
+            batches.extend(holds[start : start + size] for start in range(0, len(holds), size))
+        return shares
+
+    async def _renew_share(self, server: Server, by_kind: dict[str, list[list[Hold]]]) -> bool:
+        """Renew one server's holds: one script call per batch; False if any failed.
+
+        The calls of every kind go out together, in one round trip: sent one by one, each
+        would wait for a free connection behind whatever burst of lock calls is queued,
+        and a share stretched that way past the lease loses locks that are still held.
+        """
+        sent = [self._renew_kind(kind, batches) for kind, batches in by_kind.items()]
+        if len(sent) == 1:
+            errors = [await sent[0]]  # the usual case: one kind, no task for it
+        else:
+            errors = await asyncio.gather(*sent)
+        error = next((exc for exc in errors if exc is not None), None)
+        if error is None:
+            self._outages.answered(server)
+            return True
+        self._outages.failed(server, _holds_in(by_kind), error)
+        return False
+
+    async def _renew_kind(self, kind: str, batches: list[list[Hold]]) -> BaseException | None:
+        """Renew holds of one kind, one script call per batch; the first error, if any."""
+        script, keys_of, args_of = _KINDS[kind]()
+        calls: list[tuple[list[str], list[str | int | bytes]]] = [
+            (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
+        ]
+        # The lease runs at least until this send time plus the lease (the server sets it
+        # later than that): what the answer confirms, for the guard.
+        confirmed = asyncio.get_running_loop().time() + self._lease_ms / 1000
+        # An acquire recorded while the renewal is in flight set the lease itself, perhaps
+        # after it (shorter): the renewal's answer confirms only holds with none.
+        confirms = [[hold.confirms for hold in batch] for batch in batches]
+        try:
+            replies = await self._runner.run_batch(script, calls)
+        except (RedisError, OSError) as exc:
+            replies = [exc] * len(calls)
+        error: BaseException | None = None
+        for batch, reply, before in zip(batches, replies, confirms, strict=True):
+            if isinstance(reply, BaseException):
+                error = error or reply
+                continue
+            for hold, held, count in zip(batch, reply, before, strict=True):
+                if int(held) and hold.confirms == count and confirmed > hold.confirmed:
+                    hold.confirmed = confirmed
+                # An unlock in flight may already have deleted the key: not a loss.
+                if not int(held) and hold in self._holds and not hold.releasing:
+                    self._on_lost(hold, "the watchdog found its hold gone")
+        return error
+
+    async def aclose(self) -> None:
+        """Stop renewing; leases still held run out on their own."""
+        self._closed = True
+        task = self._task
+        if task is not None:
+            # Not the caller's count of cancel requests, which may be left over from
+            # before (a TaskGroup with a failed child on Python 3.11/3.12): a request
+            # since this call began.
+            mark = cancel_mark()
+            task.cancel()
+            try:
+                await task
+            except asyncio.CancelledError:
+                if cancelled_since(mark):
+                    raise

@@ -1,0 +1,306 @@
+"""The waiting room: which calls of this client wait on which channel, and who a message wakes.
+
+Pub/sub hands every message and every (re)confirmed subscription to the room
+(:meth:`WaitingRoom.deliver`, :meth:`WaitingRoom.wake_all`); the room sets the events of the
+waiters it concerns. Waking never grants anything: a woken call runs its acquire script
+again, so a spurious wake-up costs one round trip and a lost message one bounded wait.
+
+Plain sync bookkeeping throughout. Besides the waiters it counts waiting calls per lock
+(statistics, repr) and per holder (a fair lock's queue entry is one per holder, left only
+when its last waiting call gives up), and remembers the lease the waiters last saw: a
+newcomer queued behind them waits at most that long for a message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from .._net.subscriptions import wait_event
+
+if TYPE_CHECKING:
+    from .handover import Offer
+    from .primitive import Call, Primitive
+
+__all__ = ("SETTLES", "Waiter", "WaitingRoom", "WakeCount")
+
+#: How many exclusive waiters a message wakes (``None``: all of them). Every message also
+#: wakes every shared waiter: what lets one of them in lets them all in.
+WakeCount = Callable[[bytes], "int | None"]
+#: A wake count meaning: the message itself is what every waiter waits for (a latch's "0":
+#: the count reached zero). All wake, each marked ``settled``, so none of them misses it
+#: because the state changed again before it looked.
+SETTLES = -1
+
+
+class Waiter:
+    """One wait of one call: a fresh one-shot event, never cleared or reused.
+
+    A *shared* waiter (a reader) is woken by every message; an exclusive one only when
+    the message's count reaches it.
+    """
+
+    __slots__ = (
+        "event",
+        "offer",
+        "parked",
+        "parked_as",
+        "settled",
+        "shared",
+        "woken_by_message",
+    )
+
+    def __init__(self, *, shared: bool) -> None:
+        self.event = asyncio.Event()
+        self.shared = shared
+        self.woken_by_message = False
+        #: A message that is itself what the wait waits for reached it (see SETTLES).
+        self.settled = False
+        #: The call, while it is parked in wait() (and so may be offered a hand-over), and
+        #: the primitive it waits for (which says whether it takes a hand-over).
+        self.parked: Call | None = None
+        self.parked_as: Primitive | None = None
+        #: A hand-over offered to it (see handover.py), until the waiter is gone.
+        self.offer: Offer | None = None
+
+    def park(self, p: Primitive, call: Call) -> None:
+        """From now on a release may hand ``call`` the lock (if ``p`` takes it)."""
+        self.parked = call
+        self.parked_as = p
+
+    def unpark(self) -> None:
+        """The call no longer sits in wait(): no hand-over is offered to it any more."""
+        self.parked = None
+        self.parked_as = None
+
+    def offer_settled(self) -> None:
+        """Its hand-over's outcome is known: wake it to take it."""
+        self.event.set()
+
+    async def wait(self, limit: float | None) -> bool:
+        """Wait until woken or ``limit`` seconds passed; True if woken."""
+        return await wait_event(self.event, limit)
+
+
+class _Line:
+    """The waiters of one channel, oldest first."""
+
+    __slots__ = ("shared", "waiters", "wake_count", "watchers")
+
+    def __init__(self, wake_count: WakeCount) -> None:
+        self.wake_count = wake_count
+        # Insertion-ordered set: the longest-registered waiter is woken first.
+        self.waiters: dict[Waiter, None] = {}
+        self.shared = 0
+        # Of the shared ones, those that only watch the channel (Engine.watch_taken).
+        self.watchers: set[Waiter] = set()
+
+    def wake(self, count: int | None, *, shared: bool = True) -> int:
+        """Wake up to ``count`` exclusive waiters (None or SETTLES: all), oldest first.
+
+        Every shared waiter wakes too, unless ``shared=False``. Returns how many exclusive
+        ones woke.
+        """
+        if count == SETTLES:
+            for waiter in self.waiters:
+                waiter.settled = True
+            count = None
+        # Shared waiters may sit anywhere in the order: then the whole line is walked.
+        walk_all = shared and self.shared > 0
+        woken = 0
+        for waiter in self.waiters:
+            full = count is not None and woken >= count
+            if full and not walk_all:
+                break
+            if waiter.event.is_set() or (waiter.shared and not shared):
+                continue
+            if not waiter.shared:
+                if full:
+                    continue
+                woken += 1
+            waiter.woken_by_message = True
+            waiter.event.set()
+        return woken
+
+
+class WaitingRoom:
+    """One client's waiting calls: their waiters per channel, their counts per lock."""
+
+    __slots__ = ("_by_field", "_by_key", "_closed", "_lease_until", "_lines")
+
+    def __init__(self) -> None:
+        self._lines: dict[str, _Line] = {}
+        self._closed = False
+        self._by_key: dict[str, int] = {}
+        self._by_field: dict[tuple[str, str], int] = {}
+        # Lock key -> loop time its lease runs out, as this client's waiters last saw it.
+        self._lease_until: dict[str, float] = {}
+
+    # -- waiters --------------------------------------------------------------------------
+
+    def add(
+        self, channel: str, wake_count: WakeCount, *, shared: bool, watch: bool = False
+    ) -> Waiter:
+        """Register a fresh waiter on ``channel``; messages from now on may wake it.
+
+        ``watch``: a shared waiter of a holder watching its own lock's channel, which
+        waits for no lock: no newcomer queues behind it (``has_waiters``).
+        """
+        line = self._lines.get(channel)
+        if line is None:
+            line = self._lines[channel] = _Line(wake_count)
+        waiter = Waiter(shared=shared or watch)
+        line.waiters[waiter] = None
+        if waiter.shared:
+            line.shared += 1
+        if watch:
+            line.watchers.add(waiter)
+        if self._closed:
+            waiter.event.set()
+        return waiter
+
+    def remove(
+        self, channel: str, waiter: Waiter, *, leaving: bool, mid_attempt: bool = False
+    ) -> None:
+        """Unregister ``waiter``.
+
+        A waiter ``leaving`` without the lock (deadline, cancellation, error) passes its
+        turn to try on to the oldest exclusive waiter not woken yet. Newcomers that queued
+        behind it without trying (no barging) count on that turn; if the lock is free, no
+        release message will ever come to wake them. It has a turn if a wake-up reached
+        it, or if it leaves ``mid_attempt``: its acquire script was never answered, and the
+        lock may be free. A waiter whose attempt lost to a holder and that nothing woke
+        since has none to pass on: that holder's release wakes a waiter still here.
+        Readers pass theirs to a writer too, since writers queue behind readers.
+        """
+        line = self._lines.get(channel)
+        if line is None or waiter not in line.waiters:
+            return
+        del line.waiters[waiter]
+        if waiter.shared:
+            line.shared -= 1
+        line.watchers.discard(waiter)
+        if leaving and (mid_attempt or waiter.woken_by_message):
+            line.wake(1, shared=False)
+        if not line.waiters:
+            del self._lines[channel]
+
+    def heir(
+        self, channel: str, releaser: Primitive, eligible: Callable[[Call], bool]
+    ) -> tuple[Waiter, Call, Primitive] | None:
+        """Who a release of ``releaser`` on ``channel`` hands the lock to (see handover.py).
+
+        The oldest exclusive waiter parked, not woken, with no offer yet and whose call is
+        ``eligible``, with its call and primitive; None if there is none, or if it takes
+        no hand-over from ``releaser`` (a fenced lock's waiter behind a plain lock's
+        holder, on their shared channel). That waiter is not passed
+        over for a younger one: the release then frees the lock and its message wakes
+        that waiter to try itself, in its turn.
+        """
+        line = self._lines.get(channel)
+        if line is None:
+            return None
+        for waiter in line.waiters:
+            call = waiter.parked
+            p = waiter.parked_as
+            if (
+                call is not None
+                and p is not None
+                and waiter.offer is None
+                and not waiter.shared
+                and not waiter.event.is_set()
+                and eligible(call)
+            ):
+                # A call asking for a token never takes one: the release script takes no
+                # token (its primitive says no too; this holds whatever it says).
+                takes = call.receipt is None and p.takes_hand_over(releaser)
+                return (waiter, call, p) if takes else None
+        return None
+
+    def has_waiters(self, channel: str) -> bool:
+        """Whether calls of this client wait on ``channel`` (watchers wait for nothing)."""
+        line = self._lines.get(channel)
+        return line is not None and len(line.waiters) > len(line.watchers)
+
+    def waiters(self, channel: str) -> list[Waiter]:
+        """The waiters registered on ``channel``, oldest first."""
+        line = self._lines.get(channel)
+        return list(line.waiters) if line is not None else []
+
+    # -- what pub/sub tells ---------------------------------------------------------------
+
+    def deliver(self, channel: str, data: bytes) -> None:
+        """A message on ``channel``: wake as many waiters as it lets in."""
+        line = self._lines.get(channel)
+        if line is not None:
+            line.wake(line.wake_count(data))
+
+    def wake_all(self, channel: str) -> None:
+        """Wake every waiter on ``channel``: messages may have been lost (a resubscribe)."""
+        line = self._lines.get(channel)
+        if line is not None:
+            line.wake(None)
+
+    def wake_shared(self, channel: str) -> None:
+        """Wake every shared waiter on ``channel`` and no exclusive one.
+
+        The lock went to read mode without a message: a write lock downgraded to its
+        holder's read holds.
+        """
+        line = self._lines.get(channel)
+        if line is not None:
+            line.wake(0)
+
+    def close(self) -> None:
+        """The client closes: wake every waiter now and every one registered later."""
+        self._closed = True
+        for line in self._lines.values():
+            line.wake(None)
+
+    # -- counts ---------------------------------------------------------------------------
+
+    def enter(self, key: str, field: str) -> None:
+        """A call of ``field``'s holder starts waiting on ``key``."""
+        self._by_key[key] = self._by_key.get(key, 0) + 1
+        line = (key, field)
+        self._by_field[line] = self._by_field.get(line, 0) + 1
+
+    def leave(self, key: str, field: str) -> None:
+        """That call stopped waiting (acquired, gave up, failed or was cancelled)."""
+        count = self._by_key[key] - 1
+        if count:
+            self._by_key[key] = count
+        else:
+            del self._by_key[key]
+            self._lease_until.pop(key, None)
+        line = (key, field)
+        held = self._by_field[line] - 1
+        if held:
+            self._by_field[line] = held
+        else:
+            del self._by_field[line]
+
+    def waiting(self, key: str) -> int:
+        """How many of this client's calls wait on ``key``."""
+        return self._by_key.get(key, 0)
+
+    def field_waiting(self, key: str, field: str) -> int:
+        """How many calls of ``field``'s holder wait on ``key``."""
+        return self._by_field.get((key, field), 0)
+
+    def total(self) -> int:
+        """How many of this client's calls wait, on any lock."""
+        return sum(self._by_key.values())
+
+    def saw_lease(self, key: str, ttl_ms: int) -> None:
+        """A waiter's attempt found ``ttl_ms`` left on the lease (-1: no expiry)."""
+        if ttl_ms >= 0:
+            self._lease_until[key] = asyncio.get_running_loop().time() + ttl_ms / 1000
+
+    def lease_left_ms(self, key: str) -> int:
+        """Ms left on ``key``'s lease as local waiters last saw it; -1 if unknown."""
+        until = self._lease_until.get(key)
+        if until is None:
+            return -1
+        return max(0, round((until - asyncio.get_running_loop().time()) * 1000))

@@ -1,0 +1,349 @@
+"""Sentinel: follow the group's primary when the sentinels switch it.
+
+A connection opened through a Sentinel pool asks the sentinels for the primary when it
+connects, and then stays where it is. After a failover the old primary keeps accepting
+writes until the sentinels demote it (8-11 s measured): a client still talking to it and a
+client already on the new primary could then both hold one lock. So, as Redisson does, the
+client listens to the sentinels' ``+switch-master`` events; when the group's primary
+switches, it drops its command and pub/sub connections, whose next connect asks the
+sentinels anew. Calls in flight fail and are resent there (every script is idempotent);
+the pub/sub connection subscribes again and wakes every waiter.
+
+An event can be missed: the sentinel listened to may be stalled (a paused host), refuse the
+subscription (an ACL user without channel rights), or the switch may happen while the watch
+reconnects. So, as Redisson does (``SentinelConnectionManager.checkMasterChange``), the
+watch also asks the sentinels for the current primary (``SENTINEL GET-MASTER-ADDR-BY-NAME``)
+after every (re)subscription and then once a second; an answer that differs from where the
+client's connections go is a switch. One command per second to one sentinel, each bounded
+by a short timeout after which the next sentinel is asked: a stalled sentinel delays the
+follow by that timeout, not by its own silence. With the event missed the client follows
+within the poll interval plus the query bound (under 2 s).
+
+A write refused with READONLY (a demoted primary) drops the command connection as well
+(``topology.OneServer``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from redis.exceptions import RedisError
+
+from .._exceptions import ClientClosedError
+from .resp import pack
+from .transport import CommandTransport
+from .wire import Wire, open_wire
+
+if TYPE_CHECKING:
+    from redis.asyncio.connection import AbstractConnection
+    from redis.asyncio.sentinel import SentinelConnectionPool
+
+__all__ = ("SentinelWatch",)
+
+log = logging.getLogger("aiolock")
+
+_CHANNEL = "+switch-master"
+_SUBSCRIBE = pack("SUBSCRIBE", _CHANNEL)
+_PING = pack("PING")
+# A sentinel that answers nothing (not even a PING) for this long is left for the next.
+_KEEPALIVE = 5.0
+# Pause after every sentinel of the group failed in turn.
+_ROUND_PAUSE = 1.0
+# Pause after every sentinel refused the subscription (an ACL): asking again each second
+# would only log and reconnect; polling follows the switches meanwhile.
+_REFUSED_PAUSE = 30.0
+# How often the sentinels are asked for the current primary (Redisson's scanInterval), and
+# how long one sentinel may take to answer before the next one is asked. Together they bound
+# the follow when the event is missed: 1 s + 0.5 s (+ 0.5 s per stalled sentinel in a row).
+POLL_INTERVAL = 1.0
+QUERY_TIMEOUT = 0.5
+# A poll connection whose reply is this late is dropped (the next poll reconnects).
+_QUERY_DEADLINE = 5.0
+
+
+class SentinelWatch:
+    """Listens to one sentinel at a time (the next when it fails) for primary switches."""
+
+    def __init__(
+        self,
+        pool: SentinelConnectionPool,
+        on_switch: Callable[[str], None],
+        spawn: Callable[[Any], asyncio.Task[Any]],
+        connected: Callable[[], list[str]],
+        *,
+        poll_interval: float = POLL_INTERVAL,
+        query_timeout: float = QUERY_TIMEOUT,
+    ) -> None:
+        self._service = pool.service_name
+        self._manager = pool.sentinel_manager
+        # In redis-py's order at the start (redis-py reorders its own list as it goes).
+        self._redis_sentinels = list(self._manager.sentinels)
+        self._sentinels: list[Callable[[], AbstractConnection]] = [
+            sentinel.connection_pool.make_connection for sentinel in self._redis_sentinels
+        ]
+        self._on_switch = on_switch
+        self._spawn = spawn
+        # "host:port" of every connection of the client open now (command and pub/sub).
+        self._connected = connected
+        self._poll_interval = poll_interval
+        self._query_timeout = query_timeout
+        # SENTINEL MASTER, not GET-MASTER-ADDR-BY-NAME: the latter names the promoted replica
+        # before the switch is announced, while the sentinels still hand the old primary to
+        # a connection that asks them (redis-py's discovery reads SENTINEL MASTERS): the
+        # connections would be moved to where they cannot yet go, again and again.
+        self._query = pack("SENTINEL", "MASTER", self._service)
+        # The primary the last move went to (a repeated move is logged quietly).
+        self._followed: str | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._poller: asyncio.Task[None] | None = None
+        # One command connection per sentinel asked, opened when first asked.
+        self._polls: dict[int, CommandTransport] = {}
+        # The sentinel asked first: the last one that answered.
+        self._poll_from = 0
+        # Set to poll at once (a subscription confirmed) rather than at the interval.
+        self._poll_now = asyncio.Event()
+        self._wire: Wire | None = None
+        self._ended: asyncio.Future[Exception] | None = None
+        self._heard = False
+        # The sentinels refused the subscription since one last accepted it.
+        self._refused = False
+        self.closed = False
+        #: Switches of this group's primary heard so far.
+        self.switches = 0
+        #: Switches found by asking the sentinels (an event missed).
+        self.polled_switches = 0
+        #: How many times the sentinels were asked for the primary and one answered.
+        self.polls = 0
+        #: Whether a sentinel has confirmed the subscription (tests wait for it).
+        self.listening = asyncio.Event()
+
+    def start(self) -> None:
+        """Begin listening and polling (once; the command connection calls it on connect)."""
+        if self._task is None and not self.closed and self._sentinels:
+            self._task = self._spawn(self._run())
+            self._poller = self._spawn(self._poll())
+
+    # -- the wire's listener ---------------------------------------------------------------
+
+    def on_reply(self, reply: Any) -> None:
+        self._heard = True
+        if isinstance(reply, Exception):
+            self._refusal(reply)
+            return
+        if not isinstance(reply, list) or len(reply) < 3:
+            return
+        kind = _text(reply[0])
+        if kind == "subscribe":
+            if self._refused:
+                log.info("aiolock: a sentinel accepts the +switch-master subscription again")
+                self._refused = False
+            self.listening.set()
+            # A switch may have happened while no sentinel was listened to.
+            self._poll_now.set()
+        elif kind == "message" and _text(reply[1]) == _CHANNEL:
+            # "<name> <old ip> <old port> <new ip> <new port>"
+            fields = _text(reply[2]).split()
+            if fields and fields[0] == self._service:
+                new = f"{fields[3]}:{fields[4]}" if len(fields) >= 5 else "?"
+                if new == self._followed:
+                    return  # polling found this switch first: the connections moved
+                self.switches += 1
+                log.warning(
+                    "aiolock: the sentinels switched %r's primary to %s; reconnecting",
+                    self._service,
+                    new,
+                )
+                self._followed = new
+                self._on_switch(new)
+
+    on_push = on_reply
+
+    def _refusal(self, exc: Exception) -> None:
+        # An error reply: to SUBSCRIBE most likely (an ACL user without channel rights).
+        # The watch would hear nothing on this sentinel: say so, and try the next one.
+        wire = self._wire
+        peer = "?" if wire is None else wire.peer
+        report = log.debug if self._refused else log.warning
+        report(
+            "aiolock: sentinel %s refused the +switch-master subscription (%s); switches "
+            "of %r are found by polling the sentinels every %g s instead",
+            peer,
+            exc,
+            self._service,
+            self._poll_interval,
+        )
+        self._refused = True
+        if wire is not None:
+            wire.close(RedisError(f"aiolock: sentinel {peer} refused: {exc}"))
+
+    def on_lost(self, wire: Wire, exc: Exception) -> None:
+        if wire is self._wire:
+            self._wire = None
+            self.listening.clear()
+            ended = self._ended
+            if ended is not None and not ended.done():
+                ended.set_result(exc)
+
+    # -- I/O --------------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.closed:
+            for make_connection in list(self._sentinels):
+                if self._closed_now():
+                    return
+                wire: Wire | None = None
+                try:
+                    self._ended = loop.create_future()
+                    wire = await open_wire(make_connection, self, pushes=True)
+                    if self._closed_now():
+                        # Closed while it connected (on 3.11 redis-py's connect() can
+                        # swallow the cancel that aclose() sent): use it for nothing.
+                        return
+                    self._wire = wire
+                    wire.write(_SUBSCRIBE)
+                    await self._listen(wire)
+                except (RedisError, OSError) as exc:
+                    log.debug("aiolock: sentinel connection failed: %r", exc)
+                finally:
+                    if wire is not None:
+                        if not wire.closed:
+                            wire.close()
+                        await wire.dispose()
+            if not self.closed:
+                await asyncio.sleep(_REFUSED_PAUSE if self._refused else _ROUND_PAUSE)
+
+    async def _listen(self, wire: Wire) -> None:
+        """Until the connection ends: a PING each quiet period, the end if none is heard."""
+        ended = self._ended
+        assert ended is not None
+        self._heard = True
+        while not ended.done() and not self.closed:
+            if not self._heard:
+                wire.close()
+                return
+            self._heard = False
+            wire.write(_PING)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_KEEPALIVE):
+                    await asyncio.shield(ended)
+
+    # -- polling: the backstop for a missed event -------------------------------------------
+
+    async def _poll(self) -> None:
+        while not self.closed:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_interval):
+                    await self._poll_now.wait()
+            self._poll_now.clear()
+            if self._closed_now():
+                return
+            primary = await self.ask_primary()
+            if primary is not None:
+                self._compare(primary)
+
+    async def ask_primary(self) -> str | None:
+        """The group's primary ("host:port") as the first sentinel to answer names it.
+
+        Each sentinel has ``query_timeout`` to answer; then the next is asked. None: no
+        sentinel answered (the next poll asks again), or the one that did holds the primary
+        down (a failover is coming: its switch is awaited).
+        """
+        count = len(self._sentinels)
+        for step in range(count):
+            if self._closed_now():
+                return None  # aclose() closes the transports it finds: open no new one
+            index = (self._poll_from + step) % count
+            transport = self._polls.get(index)
+            if transport is None:
+                transport = self._polls[index] = CommandTransport(
+                    self._sentinels[index], deadline=_QUERY_DEADLINE
+                )
+            try:
+                async with asyncio.timeout(self._query_timeout):
+                    reply = await transport.call(self._query)
+            except (RedisError, OSError, TimeoutError, ClientClosedError) as exc:
+                if self._closed_now():
+                    return None
+                log.debug("aiolock: sentinel poll failed: %r", exc)
+                continue
+            if isinstance(reply, Exception):
+                # An error reply (the group unknown to this sentinel): ask the next.
+                log.debug("aiolock: sentinel poll refused: %r", reply)
+                continue
+            self._poll_from = index
+            self.polls += 1
+            return _primary_of(reply)
+        return None
+
+    def _compare(self, primary: str) -> None:
+        """Move every connection not going to ``primary`` (a switch whose event was missed)."""
+        if self.closed or all(peer == primary for peer in self._connected()):
+            return
+        again = primary == self._followed
+        self._followed = primary
+        if not again:
+            self.switches += 1
+            self.polled_switches += 1
+        # Again: the sentinel the reconnect asked had not heard of the switch yet; moved
+        # once a second until it has.
+        (log.debug if again else log.warning)(
+            "aiolock: the sentinels name %s as %r's primary; reconnecting there",
+            primary,
+            self._service,
+        )
+        self._ask_first(self._redis_sentinels[self._poll_from])
+        self._on_switch(primary)
+
+    def _ask_first(self, sentinel: Any) -> None:
+        # The reconnect asks redis-py's sentinels in their order, each with redis-py's
+        # timeouts and retries: a stalled one first costs seconds per connect. The one that
+        # just answered goes first, as redis-py itself reorders after a discovery.
+        order = self._manager.sentinels
+        if order and order[0] is not sentinel and sentinel in order:
+            index = order.index(sentinel)
+            order[0], order[index] = order[index], order[0]
+
+    def _closed_now(self) -> bool:
+        # A method, so the type checker does not carry an earlier check across an await.
+        return self.closed
+
+    async def aclose(self) -> None:
+        """Stop listening and polling."""
+        self.closed = True
+        tasks = [task for task in (self._task, self._poller) if task is not None]
+        for task in tasks:
+            task.cancel()
+        wire = self._wire
+        if wire is not None:
+            wire.close()
+        if tasks:
+            await asyncio.wait(tasks, timeout=2.0)
+        polls, self._polls = list(self._polls.values()), {}
+        for transport in polls:
+            await transport.aclose()
+
+
+def _primary_of(reply: Any) -> str | None:
+    """The primary named by a SENTINEL MASTER reply (a map, or a flat list in RESP2).
+
+    "host:port", or None if the sentinel holds it down.
+    """
+    if isinstance(reply, dict):
+        fields = {_text(key): value for key, value in reply.items()}
+    elif isinstance(reply, list):
+        fields = {_text(key): value for key, value in zip(reply[::2], reply[1::2], strict=False)}
+    else:
+        return None
+    flags = _text(fields.get("flags", "")).split(",")
+    if "ip" not in fields or "port" not in fields or "s_down" in flags or "o_down" in flags:
+        return None
+    return f"{_text(fields['ip'])}:{int(fields['port'])}"
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,1 @@
+"""The lock objects: one module per object or handle kind, each a thin face over the engine."""

@@ -1,0 +1,536 @@
+"""Locks over several locks: the MultiLock (all of them) and the RedLock (a majority).
+
+Client-side only, as in Redisson: each member keeps its own keys, channel, waiters and
+watchdog, and nothing of the composite is stored. The members are taken one after
+another, in the calling task (a lock belongs to the task that took it), in an order every
+process agrees on (by name and lock type, then as given), so two composites over the same
+locks never wait for each other in a circle (Redisson takes them as listed: its issues
+#1160 and #467). What Redisson gets wrong and these do not: a failed or cancelled attempt
+gives back every member it took, an unlock tries every member even when one fails (the
+sync MultiLock unlock stops at the first failure), and a lease is used as given, never
+converted again on each retry (Redisson's MultiLock multiplies it by 1000 per cycle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from redis.exceptions import RedisError
+
+from .._config import TimeArg
+from .._engine.guard import Hold, guarded_hold
+from .._engine.holders import asking_for
+from .._exceptions import LockError, LockLostError
+from .handle import Acquirable, LockHandle, LockStatistics, extend_seconds
+
+__all__ = ("MultiLock", "RedLock")
+
+log = logging.getLogger("aiolock")
+
+# RedLock's allowance for clock drift between the servers: 1 % of the lease plus 2 ms,
+# as the Redlock algorithm suggests.
+_DRIFT_FACTOR = 0.01
+_DRIFT_MS = 2
+# The longest pause between two rounds of taking the members (seconds).
+_RETRY_PAUSE = 0.05
+# The least time a member's call is given, whatever is left of the wait or the validity
+# (seconds): one round trip on a loaded machine, so that a member that answers is not cut
+# off for want of time, while a hung server costs no more than that.
+_MIN_CALL = 0.25
+# A RedLock member's call in the first round when neither a wait nor a lease bounds it.
+_UNBOUNDED_CALL = 1.5
+# How long a query (is_locked() and the like) waits for the members' answers, and an
+# unlock for each member's (seconds): a frozen server costs that, not its connection's
+# timeout. As long as the first round's call: an answer comes in milliseconds.
+_QUERY_CALL = _UNBOUNDED_CALL
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class _Left:
+    """The time left while taking one member.
+
+    Of the wait and of the validity (None: no bound), and how many members are still to
+    try, this one included.
+    """
+
+    wait: float | None
+    valid: float | None
+    members: int
+
+
+async def _within(bound: float | None, call: Coroutine[Any, Any, bool]) -> bool:
+    """``call``'s result, or False if it is still under way after ``bound`` seconds.
+
+    Cut off, the member's call is cancelled: its engine undoes an acquire that landed
+    (now, or once the server answers again), as for any cancelled call. An outer cancel
+    still raises CancelledError.
+    """
+    if bound is None:
+        return await call
+    scope = asyncio.timeout(bound)
+    try:
+        async with scope:
+            return await call
+    except TimeoutError:
+        if scope.expired():
+            return False
+        raise
+
+
+class _Composite(Acquirable):
+    """What the MultiLock and the RedLock share: members, order, taking and giving back."""
+
+    __slots__ = ("_members", "_name", "_quorum")
+
+    def __init__(self, kind: str, locks: tuple[object, ...]) -> None:
+        if not locks:
+            raise ValueError(f"{kind} needs at least one lock")
+        seen: set[tuple[str, str, str, str | None]] = set()
+        for lock in locks:
+            if not isinstance(lock, LockHandle):
+                raise TypeError(f"{kind} members must be lock handles, not {type(lock).__name__}")
+            identity = (lock.client_id, type(lock).__name__, lock.name, lock.owner)
+            if identity in seen:
+                raise ValueError(f"{kind} got the lock {lock.name!r} twice")
+            seen.add(identity)
+        members = [lock for lock in locks if isinstance(lock, LockHandle)]
+        self._name = "+".join(member.name for member in members)
+        self._members = sorted(members, key=lambda m: (m.name, type(m).__name__))
+        self._quorum = self._quorum_of(len(members))
+
+    @staticmethod
+    def _quorum_of(count: int) -> int:
+        return count
+
+    @property
+    def name(self) -> str:
+        """The members' names joined by ``+``, as given."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"<aiolock.{type(self).__name__} {self._name!r}>"
+
+    # -- acquiring ------------------------------------------------------------------------
+
+    async def _acquire(
+        self, wait: float | None, lease: float | None, *, timed: bool = False
+    ) -> bool:
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
+        budget = self._budget(lease)
+        allowed = len(self._members) - self._quorum
+        first = True
+        while True:
+            started = loop.time()
+            taken: list[LockHandle] = []
+            failed = 0
+            try:
+                for index, member in enumerate(self._members):
+                    now = loop.time()
+                    time_left = _Left(
+                        wait=None if deadline is None else max(0.0, deadline - now),
+                        valid=None if budget is None else max(0.0, budget - (now - started)),
+                        members=len(self._members) - index,
+                    )
+                    if await self._take(member, time_left, lease, first=first, timed=timed):
+                        taken.append(member)
+                        continue
+                    failed += 1
+                    if failed > allowed:
+                        break
+            except BaseException:
+                await _give_back(taken)
+                raise
+            if len(taken) >= self._quorum and self._valid(budget, loop.time() - started):
+                return True
+            await _give_back(taken)
+            first = False
+            # Too few, or taken too slowly to be valid: again, while time is left, after a
+            # short random pause so that rivals that failed together do not collide again.
+            pause = random.uniform(0, _RETRY_PAUSE)  # noqa: S311 - jitter, not secrecy
+            if deadline is not None:
+                left = deadline - loop.time()
+                if wait == 0 or left <= 0:
+                    return False
+                pause = min(pause, left)
+            await asyncio.sleep(pause)
+
+    async def _take(
+        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool, timed: bool
+    ) -> bool:
+        """Take one member in the time ``left``; a connection error is raised (see RedLock).
+
+        ``first``: in the first round of taking the members. The member waits for the lock
+        as long as the wait has left; its call as a whole, round trips included, ends
+        shortly after that or when the validity runs out (a hung server cannot hold the
+        MultiLock past either), and a call cut off counts as not taken.
+        """
+        bound = None if left.wait is None else left.wait + _MIN_CALL
+        if left.valid is not None:
+            valid = max(left.valid, _MIN_CALL)
+            bound = valid if bound is None else min(bound, valid)
+        return await _within(bound, _try(member, left.wait, lease, timed=timed))
+
+    def _budget(self, lease: float | None) -> float | None:
+        """How long taking the members may last with ``lease`` (None: any time)."""
+        return lease
+
+    @staticmethod
+    def _valid(budget: float | None, took: float) -> bool:
+        """Whether members taken over ``took`` seconds (of ``budget``) are all still held."""
+        return budget is None or took < budget
+
+    # -- guarded holds --------------------------------------------------------------------
+
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+        if not await self._acquire(wait, lease, timed=True):
+            return None
+        # Lost once fewer than the quorum of members remain held (a MultiLock: any one
+        # lost; a RedLock: fewer than a majority); confirmed until the quorum-th latest
+        # member confirmation. Members on several clients: each client's guard watches it.
+        records = [member._record() for member in self._members]
+        return guarded_hold(
+            [r if r is not None and r.count and r.lost is None else None for r in records],
+            need=self._quorum,
+            leases=[lease] * len(records),
+            guards=[member._engine.guard for member in self._members],
+        )
+
+    def _guard_release_soon(self) -> None:
+        for member in self._to_release():
+            if member._record() is not None:
+                member._guard_release_soon()
+
+    def _guard_holder(self) -> str:
+        return self._members[0]._guard_holder()
+
+    # -- releasing ------------------------------------------------------------------------
+
+    def _to_release(self) -> list[LockHandle]:
+        """The members an unlock releases: all of them (one not held raises)."""
+        return self._members
+
+    async def unlock(self) -> None:
+        """Release every member, each tried even when another fails.
+
+        Then the first failure is raised: LockNotOwnedError if a member was not held,
+        LockLostError if one was lost (a RedLock raises only when fewer than a majority
+        were released).
+        """
+        members = self._to_release()
+        errors = await _give_back(members, report=False)
+        self._check_release(len(members) - len(errors), errors)
+
+    def _check_release(self, released: int, errors: list[BaseException]) -> None:
+        if errors:
+            raise errors[0]
+
+    async def extend(self, lease: TimeArg) -> None:
+        """Extend every member held (a RedLock: a majority must confirm) to ``lease`` s.
+
+        Each member is tried even when another fails, each for 1.5 s at most (an extend
+        cut off only moved an expiry, or did nothing); then, as for unlock(), the first
+        failure is raised (a RedLock raises only when fewer than a majority confirmed).
+        """
+        seconds = extend_seconds(lease)
+        members = self._to_release()
+        errors: list[BaseException] = []
+        for member in members:
+            scope = asyncio.timeout(_QUERY_CALL)
+            try:
+                async with scope:
+                    await member.extend(seconds)
+            except TimeoutError as exc:
+                log.warning("aiolock: %r: extending member %r failed: %r", self, member.name, exc)
+                errors.append(exc)
+            except (LockError, RedisError, OSError) as exc:
+                errors.append(exc)
+        self._check_release(len(members) - len(errors), errors)
+
+    async def force_unlock(self) -> bool:
+        """Delete every member whoever holds it; True if any was held."""
+        deleted = False
+        for member in self._members:
+            deleted = await member.force_unlock() or deleted
+        return deleted
+
+    # -- queries --------------------------------------------------------------------------
+
+    async def _ask(
+        self,
+        query: Callable[[LockHandle], Coroutine[Any, Any, T]],
+        decided: Callable[[list[T]], bool] = lambda answers: False,
+    ) -> list[T]:
+        """The answers of the members that answer ``query`` within ``_QUERY_CALL``.
+
+        Asked at once, each in a task of its own that asks about the calling task's holds
+        (``asking_for``), so that one member's frozen server costs the bound, not its
+        connection's timeout; the rest are no longer waited for once ``decided(answers)``.
+        A member that does not answer in time counts as one that is not held (its query,
+        read-only, is cancelled); a member whose server fails too, for a RedLock (a
+        MultiLock raises the error). An outer cancel raises CancelledError.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        with asking_for(task):
+            asking = [asyncio.create_task(query(member)) for member in self._members]
+        pending = set(asking)
+        scope = asyncio.timeout(_QUERY_CALL)
+        try:
+            async with scope:
+                while pending and not decided(_answers(asking)):
+                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+        finally:
+            for asked in pending:
+                asked.cancel()
+            if pending:
+                # Read-only queries, cancelled: they end at once (no need to wait out a
+                # server); waited for so that none is left behind or its error unread.
+                await asyncio.wait(pending)
+        raised: BaseException | None = None
+        for member, asked in zip(self._members, asking, strict=True):
+            if asked.cancelled():
+                log.info("aiolock: %r: member %r did not answer in time", self, member.name)
+                continue
+            # Every task's error is read, the ones after the first raised included: an
+            # error never read is logged ("Task exception was never retrieved") when the
+            # task is collected, wherever that happens.
+            error = asked.exception()
+            if error is not None and raised is None and not self._unanswered(member, error):
+                raised = error
+        if raised is not None:
+            raise raised
+        return _answers(asking)
+
+    def _unanswered(self, member: LockHandle, error: BaseException) -> bool:
+        """Whether a member whose query failed with ``error`` counts as not held.
+
+        Otherwise the error is raised: a MultiLock needs every member, so it raises.
+        """
+        return False
+
+    def _enough(self, flags: list[bool]) -> bool:
+        return sum(flags) >= self._quorum
+
+    def _settled(self, flags: list[bool]) -> bool:
+        """Whether ``flags`` so far decide ``_enough`` whatever the others answer."""
+        return self._enough(flags) or len(self._members) - sum(not f for f in flags) < self._quorum
+
+    async def is_locked(self) -> bool:
+        """Whether enough members are held (all for a MultiLock, a majority for a RedLock).
+
+        A member that does not answer within 1.5 s counts as not held: the answer says
+        what the servers confirm, and comes within that bound even with one frozen.
+        """
+        return self._enough(await self._ask(LockHandle.is_locked, self._settled))
+
+    async def is_held_by_current_task(self) -> bool:
+        """Whether the calling task (or owner=) holds enough members.
+
+        A member that does not answer within 1.5 s counts as not held, so an answer of
+        True is one the servers confirmed: a MultiLock with a member's server frozen is
+        not held, a RedLock is while a majority answers held.
+        """
+        return self._enough(await self._ask(LockHandle.is_held_by_current_task, self._settled))
+
+    async def hold_count(self) -> int:
+        """How many times the calling holder holds it: the count enough members reach.
+
+        A member that does not answer within 1.5 s counts as 0 (so a MultiLock with one
+        unanswered member reports 0).
+        """
+        counts = await self._ask(LockHandle.hold_count)
+        counts += [0] * (len(self._members) - len(counts))
+        return sorted(counts, reverse=True)[self._quorum - 1]
+
+    async def remaining_lease(self) -> float | None:
+        """The shortest lease left among the members held; None if none has a lease.
+
+        Members that do not answer within 1.5 s are left out, as members not held.
+        """
+        leases = [lease for lease in await self._ask(LockHandle.remaining_lease) if lease]
+        return min(leases) if leases else None
+
+    def statistics(self) -> LockStatistics:
+        """What this client knows locally: the members' beliefs, as for ``hold_count``."""
+        members = [member.statistics() for member in self._members]
+        counts = sorted((m.hold_count for m in members), reverse=True)
+        count = counts[self._quorum - 1]
+        return LockStatistics(
+            name=self._name,
+            held_by_current_task=count > 0,
+            hold_count=count,
+            tasks_waiting=max(m.tasks_waiting for m in members),
+        )
+
+
+class MultiLock(_Composite):
+    """All of several locks, or none: ``aiolock.MultiLock(lock_a, lock_b, ...)``.
+
+    Members may be of any lock type and on different clients and servers. The calling task
+    takes every member (in a fixed order, so that two MultiLocks over the same locks never
+    deadlock); if one cannot be had within ``wait``, or the call is cancelled or fails, the
+    members already taken are given back. With an explicit ``lease`` each member gets it;
+    an acquisition that took longer than the lease (the first members may have expired) is
+    given back and tried again within ``wait``. A member's server that does not answer
+    holds the call no longer than the wait (plus 0.25 s) or the lease; a query no longer
+    than 1.5 s (the member counts as not held: the MultiLock is not confirmed held, its
+    hold count 0), an unlock 1.5 s for that member (its release then finishes in the
+    background, once the server answers).
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *locks: LockHandle) -> None:
+        super().__init__("MultiLock", locks)
+
+
+class RedLock(_Composite):
+    """A majority of locks on independent servers: ``aiolock.RedLock(lock_1, lock_2, lock_3)``.
+
+    The Redlock algorithm: the calling task tries each member within the time left; the
+    RedLock is held once a majority (n // 2 + 1) is, provided that, with an explicit lease,
+    the time taken plus a clock-drift allowance (1 % of the lease + 2 ms) is shorter than
+    the lease. A member whose server fails, or does not answer within its share of the time
+    left (of the wait and of the validity, split evenly among the members still to try;
+    1.5 s in the first round when neither bounds it), counts as one not taken: its call is
+    cancelled, and whatever it took is undone once the server answers. Otherwise every
+    member taken is given back and, within ``wait``, it tries again. The queries ask the
+    members at once and count one that fails or does not answer within 1.5 s as not held
+    (the RedLock is held while a majority answers held, which returns as soon as it
+    does); an unlock waits 1.5 s at most for a member, whose release then finishes in the
+    background. The members should be locks of clients on independent servers (the same
+    name on each); on one server a RedLock is just a slower lock.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *locks: LockHandle) -> None:
+        super().__init__("RedLock", locks)
+
+    @staticmethod
+    def _quorum_of(count: int) -> int:
+        return count // 2 + 1
+
+    async def _take(
+        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool, timed: bool
+    ) -> bool:
+        # Each member gets an equal share of the time left (of the wait and of the
+        # validity, whichever is shorter), so that one busy, slow or hung server does not
+        # eat the time the others need: the Redlock algorithm's per-server timeout. The
+        # first round waits for nobody: a majority free is taken at once, whoever holds
+        # the rest; later rounds let each member wait for its lock for its share.
+        limits = [time / left.members for time in (left.wait, left.valid) if time is not None]
+        share = min(limits) if limits else None
+        if share is None:
+            # Neither a wait nor a lease: no time runs out, but a hung server must not
+            # hold up the first round for long (Redisson's RedLock allows 1.5 s a member).
+            wait, bound = (0.0, _UNBOUNDED_CALL) if first else (None, None)
+        else:
+            wait = 0.0 if first else share
+            # Beyond its own wait, a member's round trip gets the rest of its share, and
+            # at least the minimum any call needs.
+            bound = wait + max(share - wait, _MIN_CALL)
+        try:
+            return await _within(bound, _try(member, wait, lease, timed=timed))
+        except (RedisError, OSError) as exc:
+            # A server down is what a RedLock tolerates: the member is not taken. (Were
+            # its acquire on its way when the connection failed, its client undoes it.)
+            log.info("aiolock: RedLock %r: member %r failed: %r", self._name, member.name, exc)
+            return False
+
+    def _unanswered(self, member: LockHandle, error: BaseException) -> bool:
+        # As when taking it: a server down is a member not held.
+        if isinstance(error, (RedisError, OSError)):
+            log.info("aiolock: %r: member %r failed: %r", self, member.name, error)
+            return True
+        return False
+
+    def _budget(self, lease: float | None) -> float | None:
+        if lease is None:
+            return None
+        return lease - (lease * _DRIFT_FACTOR + _DRIFT_MS / 1000)
+
+    def _to_release(self) -> list[LockHandle]:
+        # A minority may never have been taken (a server down): those this client does not
+        # believe held are left alone, rather than sent an unlock a down server would make
+        # it resend for a lease. (A hold it does not know of, an acquire whose answer was
+        # lost, its client gives back by itself.)
+        held = [member for member in self._members if member.statistics().hold_count]
+        return held if len(held) >= self._quorum else self._members
+
+    def _check_release(self, released: int, errors: list[BaseException]) -> None:
+        # Only fewer than a majority released is a failure.
+        if released >= self._quorum:
+            return
+        for error in errors:
+            if isinstance(error, LockLostError):
+                raise error
+        if errors:
+            raise errors[0]
+
+
+async def _try(member: LockHandle, wait: float | None, lease: float | None, *, timed: bool) -> bool:
+    """``member.try_lock(wait, lease)`` (checked already), timed for a guarded hold."""
+    return await member._acquire(wait, lease, timed=timed)
+
+
+def _answers(asking: list[asyncio.Task[T]]) -> list[T]:
+    """The answers of the queries in ``asking`` that returned one."""
+    return [
+        asked.result()
+        for asked in asking
+        if asked.done() and not asked.cancelled() and asked.exception() is None
+    ]
+
+
+async def _give_back(members: list[LockHandle], *, report: bool = True) -> list[BaseException]:
+    """Unlock each of ``members``, last taken first; return the failures.
+
+    Every one is tried even if some fail or the caller is cancelled meanwhile (a cancelled
+    unlock finishes in the background). A member's unlock still unanswered after
+    ``_QUERY_CALL`` is cut off and finishes in the background too (its client resends it
+    until the server answers; its renewal, frozen with the server, lets the lease end
+    meanwhile): not a failure, the release is under way. Failures are logged when
+    ``report``.
+    """
+    errors: list[BaseException] = []
+    cancelled: asyncio.CancelledError | None = None
+    for member in reversed(members):
+        scope = asyncio.timeout(_QUERY_CALL)
+        try:
+            async with scope:
+                await member.unlock()
+        except TimeoutError as exc:
+            if not scope.expired():
+                # The member's own error (a socket timeout), not this bound.
+                if report:
+                    log.warning("aiolock: giving back %r failed: %r", member.name, exc)
+                errors.append(exc)
+                continue
+            log.warning(
+                "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
+                member.name,
+                _QUERY_CALL,
+            )
+        except asyncio.CancelledError as exc:
+            # That unlock finishes in the background; the others are still made.
+            cancelled = exc
+        except (LockError, RedisError, OSError) as exc:
+            if report:
+                log.warning("aiolock: giving back %r failed: %r", member.name, exc)
+            errors.append(exc)
+    if cancelled is not None:
+        raise cancelled
+    return errors

@@ -1,0 +1,176 @@
+"""The pieces of a client that belong to one event loop, built together.
+
+Connections (commands, pub/sub, the Sentinel watch or the cluster's), the background tasks,
+the renewal, the waiting room, the holders' ordering lines, the bookkeeping of holds, the
+latch sweeper: each is in the module named for it; this module only wires them. Nothing
+connects here: the first call does, in its loop. The client builds them at construction
+and again when it moves to a new event loop (``Client._rebind``); the engine gets what it
+uses of them as one bundle (``_engine/services.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from redis.asyncio.sentinel import SentinelConnectionPool
+
+from ._engine.background import Background
+from ._engine.holds import HoldRegistry
+from ._engine.latches import LatchSweeper
+from ._engine.ordering import CallOrder
+from ._engine.renewal import RenewalService
+from ._engine.services import Services
+from ._engine.waiting import WaitingRoom
+from ._net.cluster import Address, Cluster, Connector
+from ._net.cluster_pubsub import ClusterPubSub
+from ._net.pubsub import Dispatcher
+from ._net.scripts import ScriptRunner
+from ._net.sentinel import SentinelWatch
+from ._net.subscriptions import PubSub
+from ._net.topology import OneServer
+from ._net.transport import CommandTransport
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from redis.asyncio import Redis
+    from redis.asyncio.cluster import RedisCluster
+    from redis.asyncio.connection import AbstractConnection
+
+    from ._config import ClientOptions, Settings
+    from ._events import Emitter
+
+__all__ = ("LoopPieces", "build_pieces")
+
+
+@dataclass(frozen=True, slots=True)
+class LoopPieces:
+    """One event loop's pieces of a client."""
+
+    background: Background
+    waiting: WaitingRoom
+    #: The Sentinel watch (None unless the redis client's pool is a Sentinel pool).
+    sentinel: SentinelWatch | None
+    topology: OneServer | Cluster
+    pubsub: PubSub
+    #: On one server (Sentinel's included) only: its command and pub/sub connections.
+    transport: CommandTransport | None
+    dispatcher: Dispatcher | None
+    runner: ScriptRunner
+    renewal: RenewalService
+    holds: HoldRegistry
+    latches: LatchSweeper
+    order: CallOrder
+
+    def services(self) -> Services:
+        """What the engine uses of these pieces."""
+        return Services(
+            runner=self.runner,
+            holds=self.holds,
+            renewal=self.renewal,
+            order=self.order,
+            waiting=self.waiting,
+            dispatcher=self.pubsub,
+            background=self.background,
+            latches=self.latches,
+        )
+
+
+def build_pieces(
+    options: ClientOptions,
+    settings: Settings,
+    events: Emitter,
+    *,
+    redis: Redis | RedisCluster,
+    deadline: float,
+    lease_ms: int,
+    seeds: list[Address],
+    connector: Connector | None,
+    make_connection: Callable[[], AbstractConnection] | None,
+    on_switch: Callable[[str], None],
+    connected_to: Callable[[], list[str]],
+) -> LoopPieces:
+    """Build a client's pieces for the running (or next) event loop.
+
+    ``connector`` and ``seeds``: a cluster's (None: one server, whose connections
+    ``make_connection`` opens). ``on_switch`` and ``connected_to``: the Sentinel watch's
+    hooks into the client (a switched primary; where its connections go).
+    """
+    on_cluster = settings.cluster
+    background = Background()
+    waiting = WaitingRoom()
+
+    def dispatcher(
+        make: Callable[[], AbstractConnection], on_change: Callable[[], None] | None = None
+    ) -> Dispatcher:
+        return Dispatcher(
+            make,
+            waiting,
+            subscribe_timeout=options.subscribe_timeout,
+            spawn=background.spawn,
+            sharded=on_cluster,
+            on_change=on_change,
+            events=events,
+        )
+
+    sentinel: SentinelWatch | None = None
+    topology: OneServer | Cluster
+    pubsub: PubSub
+    transport: CommandTransport | None = None
+    one_dispatcher: Dispatcher | None = None
+    if connector is not None:
+        cluster = Cluster(
+            seeds, connector, deadline=deadline, make_dispatcher=dispatcher, events=events
+        )
+        topology = cluster
+        pubsub = ClusterPubSub(
+            cluster,
+            retry_attempts=options.retry_attempts,
+            retry_interval=options.retry_interval,
+        )
+    else:
+        assert make_connection is not None
+        pool = getattr(redis, "connection_pool", None)
+        if isinstance(pool, SentinelConnectionPool):
+            sentinel = SentinelWatch(pool, on_switch, background.spawn, connected_to)
+        transport = CommandTransport(
+            make_connection,
+            deadline=deadline,
+            on_open=None if sentinel is None else sentinel.start,
+            events=events,
+        )
+        topology = OneServer(transport, sentinel=sentinel is not None)
+        one_dispatcher = pubsub = dispatcher(make_connection)
+    runner = ScriptRunner(
+        topology,
+        retry_attempts=options.retry_attempts,
+        retry_interval=options.retry_interval,
+        replica_acks=options.replica_acks,
+        replica_ack_timeout=options.replica_ack_timeout,
+    )
+    renewal = RenewalService(
+        runner,
+        lease_ms=lease_ms,
+        interval=options.watchdog_timeout / 3,
+        spawn=background.spawn,
+        # A lambda: the registry it reports to is built after this service.
+        on_lost=lambda hold, why: holds.report_lost(hold, why),  # noqa: PLW0108
+        events=events,
+    )
+    holds = HoldRegistry(renewal, watchdog_ms=lease_ms, events=events)
+    return LoopPieces(
+        background=background,
+        waiting=waiting,
+        sentinel=sentinel,
+        topology=topology,
+        pubsub=pubsub,
+        transport=transport,
+        dispatcher=one_dispatcher,
+        runner=runner,
+        renewal=renewal,
+        holds=holds,
+        latches=LatchSweeper(runner, background.spawn),
+        # Each holder's calls on each lock, one after the other (see _engine/ordering.py).
+        order=CallOrder(),
+    )

@@ -24,8 +24,10 @@ tick in one write per connection, and the server reads and answers a batch at a 
 same 64 tasks spread over 3 primaries make batches a third the size, so more writes, reads
 and wake-ups per pair on both sides. To show that cost apart from the cluster's routing, each
 round also runs the 3-primary cluster with 3 x 64 tasks (the same batch per primary as 1
-primary with 64), and reports the client's user and system CPU apart and the server's reads
-per pair (``total_reads_processed``: one per batch read from a client).
+primary with 64) and, to tell the batch size from the task count, the 1-primary cluster with
+3 x 64 tasks too; it reports the client's user and system CPU apart and the server's reads
+per pair (``total_reads_processed``: one per batch read from a client). Every ratio is to
+1 primary with 64 tasks, per round.
 
 The projection (``projection``) is a model, not a measurement: see benchmarks/README.md.
 """
@@ -49,7 +51,12 @@ __all__ = ("SCALE_NAMES", "SCALE_TASKS", "projection", "run_scaleout", "scale_ta
 
 SCALE_TASKS = 64
 #: The configurations of a round: (primaries, tasks).
-CONFIGS = {"1": (1, SCALE_TASKS), "3": (3, SCALE_TASKS), "3x3": (3, 3 * SCALE_TASKS)}
+CONFIGS = {
+    "1": (1, SCALE_TASKS),
+    "3": (3, SCALE_TASKS),
+    "1x3": (1, 3 * SCALE_TASKS),
+    "3x3": (3, 3 * SCALE_TASKS),
+}
 SCALE_NAMES = 1_000
 SHARE_BOUND_PCT = 10.0  # each primary within 10 % of its even share
 CLIENT_CPU_BOUND = 1.1  # client CPU per pair, 3 primaries / 1
@@ -212,7 +219,7 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
 def _summary(
     rows: Mapping[str, list[dict[str, Any]]], idle: Mapping[str, float], seconds: float
 ) -> dict[str, Any]:
-    def per_round_ratio(metric: str, over: str = "3") -> list[float]:
+    def per_round_ratio(metric: str, over: str) -> list[float]:
         pairs = zip(rows["1"], rows[over], strict=True)
         return [b[metric] / a[metric] for a, b in pairs if a[metric]]
 
@@ -225,8 +232,8 @@ def _summary(
     }
     for key, metric in _METRICS:
         out[key] = {k: _spread([r[metric] for r in v]) for k, v in rows.items()}
-        out[f"{key}_ratio_3_over_1"] = _spread(per_round_ratio(metric))
-        out[f"{key}_ratio_3x3_over_1"] = _spread(per_round_ratio(metric, "3x3"))
+        for other in list(CONFIGS)[1:]:
+            out[f"{key}_ratio_{other}_over_1"] = _spread(per_round_ratio(metric, other))
     # Each primary's share of the 3-primary cluster's commands, and per round the largest
     # deviation of any primary from an even share, relative to that share.
     threes = rows["3"]
@@ -313,14 +320,20 @@ def scaleout_markdown(scale: Mapping[str, Any]) -> list[str]:
 
     lines = [
         "",
-        f"### Scale-out: {scale['tasks']} tasks over {scale['names']:,} names, "
+        f"### Scale-out: lock+unlock pairs over {scale['names']:,} names, "
         f"{scale['rounds']} alternating rounds of {scale['seconds_per_round']:g} s",
         "",
-        "Per lock+unlock pair, median (min-max) over the rounds; ratios per round.",
+        "Per lock+unlock pair, median (min-max) over the rounds; each ratio is to 1 primary "
+        f"with the same round's {SCALE_TASKS} tasks.",
         "",
-        f"| per pair | 1 primary, {scale['tasks']} tasks | 3 primaries, {scale['tasks']} "
-        f"tasks | 3 ÷ 1 | 3 primaries, {3 * scale['tasks']} tasks | ÷ 1 |",
-        "|---|---|---|---|---|---|",
+        "| per pair | "
+        + " | ".join(
+            f"{p} primar{'y' if p == 1 else 'ies'}, {t} tasks"
+            + ("" if k == "1" else f" | ÷ 1/{SCALE_TASKS}")
+            for k, (p, t) in CONFIGS.items()
+        )
+        + " |",
+        "|---|" + "---|" * (2 * len(CONFIGS) - 1),
     ]
     for key, label, digits in (
         ("client_cpu_us_per_pair", "client CPU µs", 1),
@@ -332,12 +345,13 @@ def scaleout_markdown(scale: Mapping[str, Any]) -> list[str]:
         ("round_trips_per_pair", "round trips", 2),
         ("pairs_per_s", "pairs/s (2 shared cores: not a capacity)", 0),
     ):
-        spreads = scale[key]
-        lines.append(
-            f"| {label} | {cell(spreads['1'], digits)} | {cell(spreads['3'], digits)} | "
-            f"{cell(scale[f'{key}_ratio_3_over_1'], 2)} | {cell(spreads['3x3'], digits)} | "
-            f"{cell(scale[f'{key}_ratio_3x3_over_1'], 2)} |"
-        )
+        cells = [cell(scale[key]["1"], digits)]
+        for other in list(CONFIGS)[1:]:
+            cells += [
+                cell(scale[key][other], digits),
+                cell(scale[f"{key}_ratio_{other}_over_1"], 2),
+            ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     idle = scale["idle_server_cpu_ms_per_s"]
     shares = ", ".join(cell(s, 1) for s in scale["shares_pct"])
     lines += [

@@ -28,10 +28,12 @@ from ._adapters import ADAPTERS
 from ._baseline import install_baseline
 from ._cases import Job, Scenario, measure
 from ._cluster import cluster_markdown, run_cluster
+from ._fair_curve import fair_curve_markdown, plot_fair_curve, run_fair_curve
 from ._instrument import environment, server_info
 from ._plots import plot
 from ._report import markdown, ratios, targets, write
 from ._scale import POOLS, waiters_scenario, watchdog_case
+from ._scaleout import scale_targets
 from ._stats import median_merge
 from ._synchronizers import run_synchronizers, synchronizers_markdown
 
@@ -42,6 +44,8 @@ CASES = {
     "rw": "4",
     "watchdog": "5",
     "waiters": "5",
+    "fair-curve": "fair-curve",
+    "scale-out": "scale-out",
 }
 
 SCENARIOS = (
@@ -92,7 +96,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only",
         default="",
         help="comma-separated cases: uncontended (1), contended (2), handoff (3), rw (4), "
-        "watchdog, waiters (5); numbers work too",
+        "watchdog, waiters (5), fair-curve (the fair lock at N = 1-64), scale-out (cluster, "
+        "1 vs 3 primaries); numbers work too",
     )
     parser.add_argument(
         "--impl", default="", help=f"comma-separated implementations: {', '.join(ADAPTERS)}"
@@ -322,9 +327,25 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seconds=args.duration,
                 run_id=run_id,
             )
-    if not args.no_cluster and args.cases & {"uncontended", "contended"}:
+        if "fair-curve" in args.cases:
+            result["fair_curve"] = run_fair_curve(
+                url=server.url,
+                impls=impls,
+                reps=args.reps,
+                duration=args.duration,
+                run_id=run_id,
+                progress=_progress,
+            )
+    headline = bool(args.cases & {"uncontended", "contended"})
+    if not args.no_cluster and (headline or "scale-out" in args.cases):
         result["cluster"] = run_cluster(
-            impls=impls, reps=args.reps, duration=args.duration, run_id=run_id, progress=_progress
+            impls=impls,
+            reps=args.reps,
+            duration=args.duration,
+            run_id=run_id,
+            progress=_progress,
+            headline=headline,
+            scale="scale-out" in args.cases,
         )
     summary = _merge(runs)
     result.update(
@@ -348,16 +369,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         }
     )
     result["ratios"] = ratios(summary, result)
-    result["targets"] = targets(runs)
+    result["targets"] = targets(runs) + scale_targets(result.get("cluster", {}).get("scale"))
     md = markdown(result)
     if "cluster" in result:
         md += cluster_markdown(result["cluster"], impls)
+    if "fair_curve" in result:
+        md += fair_curve_markdown(result["fair_curve"])
     if "synchronizers" in result:
         md += synchronizers_markdown(result["synchronizers"])
     print()
     print(md)
     paths = write(args.out, result, md)
     paths += plot(summary, impls, args.out)
+    paths += plot_fair_curve(result.get("fair_curve", []), args.out)
     print("written: " + ", ".join(str(p) for p in paths))
     return 0
 

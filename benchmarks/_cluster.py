@@ -7,26 +7,23 @@ the test tree (``tests/topologies.py``; the benchmark runs from the repository r
   cluster client and the 2x EVALSHA floor through redis-py's ``RedisCluster``, interleaved
   round-robin per repetition as the single-server cases are. Round trips are counted on
   every primary.
-- **Scale-out**: 64 tasks each locking and unlocking names spread over every slot (1,000
-  names), against a 1-primary and a 3-primary cluster alternately in short rounds; pairs/s
-  per round, medians with their spread, and the ratio 3/1 per pair of rounds. On one
-  2-core machine the client, not the servers, is the limit: the ratio says how much the
-  client's per-primary connections cost or gain, not what more machines would give.
+- **Scale-out** (``_scaleout.py``): per-operation client and server CPU and each primary's
+  share of the commands, 1 primary against 3 in alternating rounds, and the throughput
+  they project for N primaries on N cores.
 """
 
 from __future__ import annotations
 
 import asyncio
 import statistics
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import aiolock
-from tests.topologies import redis_cluster  # the test tree's helpers, from the root
+from tests.topologies import ClusterHandle, redis_cluster  # the test tree's helpers, from the root
 
 from ._adapters import ADAPTERS
 from ._cases import Job, Scenario, measure
+from ._scaleout import run_scaleout, scaleout_markdown
 
 __all__ = ("CLUSTER_SCENARIOS", "cluster_markdown", "run_cluster")
 
@@ -35,9 +32,6 @@ CLUSTER_SCENARIOS = (
     Scenario("uncontended", "32 tasks", 32, shared=False),
     Scenario("contended", "N=16", 16),
 )
-SCALE_TASKS = 64
-SCALE_NAMES = 1_000
-
 Progress = Callable[[dict[str, Any], Scenario], str]
 
 
@@ -48,14 +42,16 @@ def run_cluster(
     duration: float,
     run_id: str,
     progress: Progress,
+    headline: bool = True,
+    scale: bool = True,
 ) -> dict[str, Any]:
-    """Start the clusters, run both parts; ``{"runs", "scale"}`` (or a status)."""
+    """Start the clusters, run the parts asked for; ``{"runs", "scale"}`` (or a status)."""
     keys = [k for k in impls if ADAPTERS[k].topology == "cluster"]
     out: dict[str, Any] = {"runs": [], "scale": None}
     with redis_cluster(primaries=3, replicas=0) as three:
-        urls = tuple(f"redis://127.0.0.1:{node.port}/0" for node in three.primaries())
+        urls = _primary_urls(three)
         out["cluster"] = {"primaries": len(urls), "url": three.url}
-        for scen in CLUSTER_SCENARIOS:
+        for scen in CLUSTER_SCENARIOS if headline else ():
             print(f"== cluster: {scen.case} {scen.variant}", flush=True)
             applies = [k for k in keys if scen.kind in ADAPTERS[k].cases]
             for rep in range(reps):
@@ -71,59 +67,23 @@ def run_cluster(
                     )
                     ident = {"case": scen.case, "variant": scen.variant, "impl": key, "rep": rep}
                     out["runs"].append({**ident, **metrics})
-        if "aiolock" in impls and not impls["aiolock"]["status"]:
+        wanted = impls.get("aiolock-cluster")
+        if scale and wanted is not None and not wanted["status"]:
             with redis_cluster(primaries=1, replicas=0) as one:
-                out["scale"] = asyncio.run(_scale(one.url, three.url, reps, duration))
+                out["scale"] = asyncio.run(
+                    run_scaleout(
+                        (one.url, _primary_urls(one)),
+                        (three.url, urls),
+                        rounds=max(5, reps + 1),
+                        seconds=max(1.0, 2 * duration),
+                        run_id=run_id,
+                    )
+                )
     return out
 
 
-async def _scale(one: str, three: str, reps: int, duration: float) -> dict[str, Any]:
-    print(f"== cluster scale-out: {SCALE_TASKS} tasks over {SCALE_NAMES:,} names", flush=True)
-    rounds = max(3, reps + 1)
-    seconds = max(1.0, 2 * duration)
-    rates: dict[str, list[float]] = {"1": [], "3": []}
-    for index in range(rounds):
-        # Alternate which cluster goes first: a drift in the host's noise hits both.
-        order = [("1", one), ("3", three)] if index % 2 == 0 else [("3", three), ("1", one)]
-        for primaries, url in order:
-            rates[primaries].append(await _pairs_per_second(url, seconds))
-        print(
-            f"  round {index + 1}/{rounds}: 1 primary {rates['1'][-1]:,.0f} pairs/s, "
-            f"3 primaries {rates['3'][-1]:,.0f} pairs/s",
-            flush=True,
-        )
-    ratios = [b / a for a, b in zip(rates["1"], rates["3"], strict=True) if a]
-    return {
-        "tasks": SCALE_TASKS,
-        "names": SCALE_NAMES,
-        "seconds_per_round": seconds,
-        "pairs_per_s": {k: _spread(v) for k, v in rates.items()},
-        "ratio_3_over_1": _spread(ratios),
-    }
-
-
-async def _pairs_per_second(url: str, seconds: float) -> float:
-    async with aiolock.Client.from_url(url, cluster=True) as client:
-        # Warm: the slot map and a connection per primary, outside the measured window.
-        await client.lock("scale:warm").lock()
-        await client.lock("scale:warm").unlock()
-        pairs = 0
-        start = time.perf_counter()
-        stop = start + seconds
-
-        async def work(index: int) -> None:
-            nonlocal pairs
-            for _ in range(1_000_000):  # bounded, as every load loop
-                if time.perf_counter() >= stop:
-                    return
-                lock = client.lock(f"scale:{index % SCALE_NAMES}")
-                await lock.lock()
-                await lock.unlock()
-                pairs += 1
-                index += SCALE_TASKS
-
-        await asyncio.gather(*(work(index) for index in range(SCALE_TASKS)))
-        return pairs / (time.perf_counter() - start)
+def _primary_urls(cluster: ClusterHandle) -> tuple[str, ...]:
+    return tuple(f"redis://127.0.0.1:{node.port}/0" for node in cluster.primaries())
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
@@ -160,15 +120,5 @@ def cluster_markdown(cluster: dict[str, Any], impls: dict[str, dict[str, Any]]) 
             )
     scale = cluster.get("scale")
     if scale:
-        one, three = scale["pairs_per_s"]["1"], scale["pairs_per_s"]["3"]
-        ratio = scale["ratio_3_over_1"]
-        lines += [
-            "",
-            f"Scale-out ({scale['tasks']} tasks over {scale['names']:,} names, "
-            f"{scale['seconds_per_round']:g} s rounds, alternating): 1 primary "
-            f"{one['median']:,.0f} pairs/s ({one['min']:,.0f}-{one['max']:,.0f}), "
-            f"3 primaries {three['median']:,.0f} ({three['min']:,.0f}-{three['max']:,.0f}); "
-            f"ratio 3/1 {ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f}). "
-            "Client-bound on one machine.",
-        ]
+        lines += scaleout_markdown(scale)
     return "\n".join(lines) + "\n"

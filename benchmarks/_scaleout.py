@@ -1,0 +1,379 @@
+"""Cluster scale-out: what spreading locks over primaries costs per operation, and what that
+projects for N primaries on N cores.
+
+No throughput ratio measured on one 2-core machine can say what a cluster serves: the
+primaries and their client share the same two cores. What can be measured here, and does not
+depend on how many cores there are, is the work per operation and where it lands:
+
+- **share**: over 1,000 lock names, each primary's share of the server commands (``INFO
+  commandstats`` call deltas read on each primary separately). Each lock's keys hash to one
+  slot, so an even spread of slots is an even spread of work.
+- **client CPU per pair**: the client process's user + system CPU (``getrusage``, as
+  ``time.process_time()``) over the window, divided by lock+unlock pairs; 1 primary
+  against 3, in the same round.
+- **server CPU per pair**: ``used_cpu_user + used_cpu_sys`` deltas summed over the
+  primaries, divided by pairs. A primary's idle work (its cron, the cluster bus) is measured
+  once per cluster over an idle second and reported beside it.
+
+1 primary and 3 primaries run alternately in short rounds (the first of each round
+rotating), so the host's drifting load falls on both; each figure is a median over the
+rounds with its min-max, and the 3/1 ratios are taken per round.
+
+Why per-pair CPU can differ: the client writes whatever its tasks sent during one event loop
+tick in one write per connection, and the server reads and answers a batch at a time. The
+same 64 tasks spread over 3 primaries make batches a third the size, so more writes, reads
+and wake-ups per pair on both sides. To show that cost apart from the cluster's routing, each
+round also runs the 3-primary cluster with 3 x 64 tasks (the same batch per primary as 1
+primary with 64) and, to tell the batch size from the task count, the 1-primary cluster with
+3 x 64 tasks too; it reports the client's user and system CPU apart and the server's reads
+per pair (``total_reads_processed``: one per batch read from a client). Every ratio is to
+1 primary with 64 tasks, per round.
+
+The projection (``projection``) is a model, not a measurement: see benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import resource
+import statistics
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import redis
+
+import aiolock
+
+from ._instrument import CommandStats, RoundTrips
+
+__all__ = ("SCALE_NAMES", "SCALE_TASKS", "projection", "run_scaleout", "scale_targets")
+
+SCALE_TASKS = 64
+#: The configurations of a round: (primaries, tasks).
+CONFIGS = {
+    "1": (1, SCALE_TASKS),
+    "3": (3, SCALE_TASKS),
+    "1x3": (1, 3 * SCALE_TASKS),
+    "3x3": (3, 3 * SCALE_TASKS),
+}
+#: Ratios taken per round, (configuration, over configuration), in the table's order: each
+#: configuration after the first, over the one it differs from in one respect.
+RATIOS = (("3", "1"), ("1x3", "1"), ("3x3", "1x3"))
+SCALE_NAMES = 1_000
+SHARE_BOUND_PCT = 10.0  # each primary within 10 % of its even share
+CLIENT_CPU_BOUND = 1.1  # client CPU per pair, 3 primaries / 1
+IDLE_S = 1.0
+#: Primaries of the projection table.
+PROJECT_N = (1, 3, 6, 12, 24)
+
+Cluster = tuple[str, tuple[str, ...]]  # (seed url, every primary's url)
+
+
+async def run_scaleout(
+    one: Cluster, three: Cluster, rounds: int, seconds: float, run_id: str
+) -> dict[str, Any]:
+    """Alternate rounds on the 1- and 3-primary clusters; the figures with their spreads."""
+    RoundTrips.install()
+    print(
+        f"== cluster scale-out: {SCALE_TASKS} tasks over {SCALE_NAMES:,} names, "
+        f"{rounds} rounds of {seconds:g} s",
+        flush=True,
+    )
+    clusters = {"1": one, "3": three}
+    idle = {k: _idle_cpu_per_s(urls) for k, (_, urls) in clusters.items()}
+    rows: dict[str, list[dict[str, Any]]] = {k: [] for k in CONFIGS}
+    keys = list(CONFIGS)
+    for index in range(rounds):
+        shift = index % len(keys)
+        for key in keys[shift:] + keys[:shift]:
+            primaries, tasks = CONFIGS[key]
+            seed, urls = clusters[str(primaries)]
+            tag = f"bench:{run_id}:scale:{key}:{index}"
+            rows[key].append(await _round(seed, urls, tag, seconds, tasks))
+        print(
+            f"  round {index + 1}/{rounds}: "
+            + "; ".join(_brief(key, rows[key][-1]) for key in keys),
+            flush=True,
+        )
+    return _summary(rows, idle, seconds)
+
+
+def _brief(key: str, row: Mapping[str, Any]) -> str:
+    primaries, tasks = CONFIGS[key]
+    return (
+        f"{primaries}p/{tasks}t {row['pairs_per_s']:,.0f} pairs/s, client "
+        f"{row['client_cpu_us']:.1f} µs/pair, server {row['server_cpu_us']:.1f} µs/pair, "
+        f"shares " + "/".join(f"{100 * s:.1f}" for s in row["shares"]) + " %"
+    )
+
+
+def _idle_cpu_per_s(urls: Sequence[str]) -> float:
+    """Server CPU seconds per second that the primaries spend with no client traffic."""
+    stats = CommandStats(*urls)
+    try:
+        before, t0 = stats.snapshot()["_cpu"], time.perf_counter()
+        time.sleep(IDLE_S)  # measuring idle work: the window is the point
+        after, t1 = stats.snapshot()["_cpu"], time.perf_counter()
+    finally:
+        stats.close()
+    return (after - before) / (t1 - t0)
+
+
+def _cpu() -> tuple[float, float]:
+    """The client process's (user, system) CPU seconds (all threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime, usage.ru_stime
+
+
+def _reads(infos: Sequence[redis.Redis]) -> float:
+    """Reads from clients the primaries processed (each read takes one batch of commands)."""
+    return sum(float(i.info("stats")["total_reads_processed"]) for i in infos)
+
+
+async def _round(
+    seed: str, urls: Sequence[str], tag: str, seconds: float, tasks: int
+) -> dict[str, Any]:
+    names = [f"{tag}:{i}" for i in range(SCALE_NAMES)]
+    stats = [CommandStats(url) for url in urls]  # one per primary: shares need them apart
+    infos = [redis.Redis.from_url(url, decode_responses=True) for url in urls]
+    try:
+        async with aiolock.Client.from_url(seed, cluster=True) as client:
+            # Warm, outside the window: the slot map, a connection per primary, every name's
+            # slot cached and its scripts loaded.
+            await _drive(client, names, time.perf_counter() + 60.0, tasks, passes=1)
+            befores = [s.snapshot() for s in stats]
+            reads0 = _reads(infos)
+            cpu0, rt0, t0 = _cpu(), RoundTrips.count, time.perf_counter()
+            pairs = await _drive(client, names, t0 + seconds, tasks, passes=None)
+            t1, rt1, cpu1 = time.perf_counter(), RoundTrips.count, _cpu()
+            reads1 = _reads(infos)
+            afters = [s.snapshot() for s in stats]
+    finally:
+        for s in stats:
+            s.close()
+        for i in infos:
+            i.close()
+    # The INFO reads between the snapshots: one per primary, taken before the second.
+    reads = reads1 - reads0 - len(infos)
+    deltas = [CommandStats.delta(b, a) for b, a in zip(befores, afters, strict=True)]
+    cpus = [d.pop("_cpu", 0.0) for d in deltas]
+    cmds = [sum(d.values()) for d in deltas]
+    total = sum(cmds) or 1.0
+    ops = max(1, pairs)
+    return {
+        "pairs": pairs,
+        "pairs_per_s": pairs / (t1 - t0),
+        "client_cpu_us": 1e6 * (sum(cpu1) - sum(cpu0)) / ops,
+        "client_user_us": 1e6 * (cpu1[0] - cpu0[0]) / ops,
+        "client_sys_us": 1e6 * (cpu1[1] - cpu0[1]) / ops,
+        "server_reads": reads / ops,
+        "server_cpu_us": 1e6 * sum(cpus) / ops,
+        "server_cmds": total / ops,
+        "round_trips": (rt1 - rt0) / ops,
+        "shares": [c / total for c in cmds],
+        "window_s": t1 - t0,
+    }
+
+
+async def _drive(
+    client: Any, names: Sequence[str], stop: float, tasks: int, passes: int | None
+) -> int:
+    """``tasks`` tasks lock and unlock ``names`` in turn; pairs done.
+
+    Task ``i`` takes names ``i``, ``i + tasks``, ... so concurrent tasks hold different
+    names (uncontended) and every name is used equally. ``passes=1`` goes over the names
+    once (the warm-up); else until ``stop``.
+    """
+    done = 0
+    limit = len(names) if passes == 1 else 1_000_000  # bounded, as every load loop
+
+    async def work(index: int) -> None:
+        nonlocal done
+        for _ in range(limit):
+            if index >= limit or time.perf_counter() >= stop:
+                return
+            lock = client.lock(names[index % len(names)])
+            await lock.lock()
+            await lock.unlock()
+            done += 1
+            index += tasks
+
+    await asyncio.gather(*(work(index) for index in range(tasks)))
+    return done
+
+
+_METRICS = (
+    ("pairs_per_s", "pairs_per_s"),
+    ("client_cpu_us_per_pair", "client_cpu_us"),
+    ("client_user_us_per_pair", "client_user_us"),
+    ("client_sys_us_per_pair", "client_sys_us"),
+    ("server_cpu_us_per_pair", "server_cpu_us"),
+    ("server_reads_per_pair", "server_reads"),
+    ("server_cmds_per_pair", "server_cmds"),
+    ("round_trips_per_pair", "round_trips"),
+)
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def _summary(
+    rows: Mapping[str, list[dict[str, Any]]], idle: Mapping[str, float], seconds: float
+) -> dict[str, Any]:
+    def per_round_ratio(metric: str, mine: str, base: str) -> list[float]:
+        pairs = zip(rows[base], rows[mine], strict=True)
+        return [b[metric] / a[metric] for a, b in pairs if a[metric]]
+
+    out: dict[str, Any] = {
+        "tasks": SCALE_TASKS,
+        "names": SCALE_NAMES,
+        "rounds": len(rows["1"]),
+        "seconds_per_round": seconds,
+        "idle_server_cpu_ms_per_s": {k: 1000 * v for k, v in idle.items()},
+    }
+    for key, metric in _METRICS:
+        out[key] = {k: _spread([r[metric] for r in v]) for k, v in rows.items()}
+        for mine, base in RATIOS:
+            out[f"{key}_ratio_{mine}_over_{base}"] = _spread(per_round_ratio(metric, mine, base))
+    # Each primary's share of the 3-primary cluster's commands, and per round the largest
+    # deviation of any primary from an even share, relative to that share.
+    threes = rows["3"]
+    primaries = len(threes[0]["shares"])
+    even = 1.0 / primaries
+    out["shares_pct"] = [_spread([100 * r["shares"][i] for r in threes]) for i in range(primaries)]
+    out["share_deviation_pct"] = _spread(
+        [100 * max(abs(s - even) for s in r["shares"]) / even for r in threes]
+    )
+    out["rows"] = dict(rows)
+    out["projection"] = projection(out)
+    return out
+
+
+def projection(scale: Mapping[str, Any]) -> list[dict[str, float]]:
+    """Throughput projected for N primaries, each on a core of its own (a model).
+
+    From the 3-primary medians: one primary serves ``1 / server CPU per pair`` pairs/s on
+    one core (a primary runs commands on one thread), N of them N times that, as the names
+    spread evenly (measured: ``share``); the clients need ``throughput x client CPU per
+    pair`` cores to drive it. Idle work is left out of the per-pair cost (it does not grow
+    with load), which the measured per-pair server CPU includes only as its share over the
+    window.
+    """
+    server_us = scale["server_cpu_us_per_pair"]["3"]["median"]
+    client_us = scale["client_cpu_us_per_pair"]["3"]["median"]
+    out = []
+    for n in PROJECT_N:
+        rate = n * 1e6 / server_us
+        out.append({"primaries": n, "pairs_per_s": rate, "client_cores": rate * client_us / 1e6})
+    return out
+
+
+def scale_targets(scale: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """The issue's scale-out rows for the report's targets table (median over the rounds)."""
+    if not scale:
+        return []
+    rounds = scale["rounds"]
+
+    def row(name: str, bound: str, spread: Mapping[str, float], met: bool | None) -> dict[str, Any]:
+        return {"target": name, "bound": bound, **spread, "reps": rounds, "met": met}
+
+    dev = scale["share_deviation_pct"]
+    client = scale["client_cpu_us_per_pair_ratio_3_over_1"]
+    server = scale["server_cpu_us_per_pair"]
+    return [
+        row(
+            f"cluster, 3 primaries, {scale['names']:,} names: largest deviation of a "
+            "primary's command share from 1/3, % of 1/3",
+            f"<= {SHARE_BOUND_PCT:g}",
+            dev,
+            dev["median"] <= SHARE_BOUND_PCT,
+        ),
+        row(
+            "cluster: client CPU per pair, 3 primaries ÷ 1",
+            f"<= {CLIENT_CPU_BOUND:g}",
+            client,
+            client["median"] <= CLIENT_CPU_BOUND,
+        ),
+        row(
+            f"cluster: client CPU per pair, 3 primaries ÷ 1, both with {3 * scale['tasks']} tasks",
+            "(reported)",
+            scale["client_cpu_us_per_pair_ratio_3x3_over_1x3"],
+            None,
+        ),
+        row("cluster: server CPU µs per pair, 1 primary", "(reported)", server["1"], None),
+        row("cluster: server CPU µs per pair, 3 primaries", "(reported)", server["3"], None),
+        row(
+            "cluster: server CPU per pair, 3 primaries ÷ 1",
+            "(reported)",
+            scale["server_cpu_us_per_pair_ratio_3_over_1"],
+            None,
+        ),
+    ]
+
+
+def _label(config: str) -> str:
+    primaries, tasks = CONFIGS[config]
+    return f"{primaries}p/{tasks}t"
+
+
+def scaleout_markdown(scale: Mapping[str, Any]) -> list[str]:
+    """The scale-out section: per-operation figures, shares, and the projection."""
+
+    def cell(spread: Mapping[str, float], digits: int = 0) -> str:
+        fmt = f",.{digits}f"
+        return f"{spread['median']:{fmt}} ({spread['min']:{fmt}}-{spread['max']:{fmt}})"
+
+    lines = [
+        "",
+        f"### Scale-out: lock+unlock pairs over {scale['names']:,} names, "
+        f"{scale['rounds']} alternating rounds of {scale['seconds_per_round']:g} s",
+        "",
+        "Per lock+unlock pair, median (min-max) over the rounds; each ratio is taken per "
+        "round, over the column it differs from in one respect.",
+        "",
+        "| per pair | "
+        + _label("1")
+        + " | "
+        + " | ".join(f"{_label(mine)} | ÷ {_label(base)}" for mine, base in RATIOS)
+        + " |",
+        "|---|" + "---|" * (1 + 2 * len(RATIOS)),
+    ]
+    for key, label, digits in (
+        ("client_cpu_us_per_pair", "client CPU µs", 1),
+        ("client_user_us_per_pair", "of which user", 1),
+        ("client_sys_us_per_pair", "of which system", 1),
+        ("server_cpu_us_per_pair", "server CPU µs (all primaries)", 1),
+        ("server_reads_per_pair", "server reads (batches)", 3),
+        ("server_cmds_per_pair", "server commands", 2),
+        ("round_trips_per_pair", "round trips", 2),
+        ("pairs_per_s", "pairs/s (2 shared cores: not a capacity)", 0),
+    ):
+        cells = [cell(scale[key]["1"], digits)]
+        for mine, base in RATIOS:
+            cells += [
+                cell(scale[key][mine], digits),
+                cell(scale[f"{key}_ratio_{mine}_over_{base}"], 2),
+            ]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    idle = scale["idle_server_cpu_ms_per_s"]
+    shares = ", ".join(cell(s, 1) for s in scale["shares_pct"])
+    lines += [
+        "",
+        f"Command share per primary (3 primaries), %: {shares}; largest deviation from "
+        f"1/3: {cell(scale['share_deviation_pct'], 1)} % of 1/3. Idle server CPU: "
+        f"{idle['1']:.1f} ms/s (1 primary), {idle['3']:.1f} ms/s (3 primaries).",
+        "",
+        "Projection (a model, not a measurement): N primaries each on its own core serve "
+        "N ÷ (server CPU per pair) pairs/s; the clients need that rate x client CPU per "
+        "pair cores. From the 3-primary medians above:",
+        "",
+        "| primaries (= server cores) | projected pairs/s | client cores to drive it |",
+        "|---|---|---|",
+    ]
+    lines += [
+        f"| {p['primaries']:.0f} | {p['pairs_per_s']:,.0f} | {p['client_cores']:.1f} |"
+        for p in scale["projection"]
+    ]
+    return lines

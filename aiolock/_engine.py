@@ -370,6 +370,7 @@ class Engine:
         room = self._waiting
         channel = p.channel(call.holder)
         room.enter(p.key, call.field)
+        self.events.wait_started(p.lock_kind, p.name)
         try:
             for pause in p.pauses():
                 if call.deadline is not None:
@@ -389,6 +390,7 @@ class Engine:
                     return True
         finally:
             room.leave(p.key, call.field)
+            self.events.wait_ended(p.lock_kind, p.name)
         raise AssertionError("pauses() ended")  # pragma: no cover - an endless iterator
 
     async def _wait(
@@ -401,6 +403,7 @@ class Engine:
     ) -> bool:
         waiting = self._waiting
         waiting.enter(p.key, call.field)
+        self.events.wait_started(p.lock_kind, p.name)
         waiting.saw_lease(p.key, ttl_ms)
         try:
             if sub is None:
@@ -429,6 +432,7 @@ class Engine:
             raise
         finally:
             waiting.leave(p.key, call.field)
+            self.events.wait_ended(p.lock_kind, p.name)
 
     async def _subscribe(self, p: Primitive, call: Call) -> Subscription | None:
         """Subscribe to ``call``'s channel; None if its deadline came first."""

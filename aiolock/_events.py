@@ -14,7 +14,16 @@ from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING, TypeAlias
 
-from .events import Acquired, AcquireFailed, Event, Lost, Reconnected, Released, RenewalRound
+from .events import (
+    Acquired,
+    AcquireFailed,
+    Event,
+    Lost,
+    Reconnected,
+    Released,
+    RenewalRound,
+    Waiting,
+)
 
 if TYPE_CHECKING:
     from .events import FailReason, Kind
@@ -35,7 +44,7 @@ class Emitter:
     ``slow_wait``, ``slow_hold``: seconds, None for no log.
     """
 
-    __slots__ = ("_errors", "listeners", "slow_hold", "slow_wait")
+    __slots__ = ("_errors", "_waiting", "listeners", "slow_hold", "slow_wait")
 
     def __init__(self, *, slow_wait: float | None = None, slow_hold: float | None = None) -> None:
         self.slow_wait = slow_wait
@@ -45,6 +54,9 @@ class Emitter:
         self.listeners: tuple[Listener, ...] = ()
         # Per listener that raised: when its last error was logged, and how many since.
         self._errors: dict[Listener, list[float]] = {}
+        # The calls waiting per (kind, name): counted with or without listeners, so that a
+        # listener added while calls wait sees the count fall back to 0, never below.
+        self._waiting: dict[tuple[Kind, str], int] = {}
 
     # -- listeners ------------------------------------------------------------------------
 
@@ -114,6 +126,24 @@ class Emitter:
             )
         if self.listeners:
             self.emit(Acquired(kind, name, holder, waited, reentrant))
+
+    def wait_started(self, kind: Kind, name: str) -> None:
+        """An acquire call starts waiting for the lock (only calls that wait: no cost else)."""
+        key = (kind, name)
+        waiting = self._waiting[key] = self._waiting.get(key, 0) + 1
+        if self.listeners:
+            self.emit(Waiting(kind, name, waiting))
+
+    def wait_ended(self, kind: Kind, name: str) -> None:
+        """A call that ``wait_started`` stops waiting (its Acquired/AcquireFailed follows)."""
+        key = (kind, name)
+        waiting = self._waiting.get(key, 1) - 1
+        if waiting > 0:
+            self._waiting[key] = waiting
+        else:
+            self._waiting.pop(key, None)
+        if self.listeners:
+            self.emit(Waiting(kind, name, waiting))
 
     def acquire_failed(self, kind: Kind, name: str, waited: float, reason: FailReason) -> None:
         """An acquire call ended without the lock."""

@@ -33,6 +33,7 @@ __all__ = (
     "Reconnected",
     "Released",
     "RenewalRound",
+    "Waiting",
 )
 
 #: The kinds of lock that emit events.
@@ -69,6 +70,24 @@ class Acquired:
     holder: str
     waited: float
     reentrant: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """How many of this client's acquire calls wait for the lock changed: now ``waiting``.
+
+    A call waits from the moment it finds the lock held and has time left (its first
+    attempt answered "held", or it queued behind this client's earlier waiters) until it
+    takes the lock or gives up; calls that get the lock at once, or ``wait=0``, never
+    wait. One event when a call starts waiting (``waiting`` one more) and one when it stops
+    (one less); the call then ends with its :class:`Acquired` or :class:`AcquireFailed`, as
+    every call does, so the count is back to 0 once nothing waits (an up-down counter of
+    waiting calls adds ``waiting`` less the last value it saw).
+    """
+
+    kind: Kind
+    name: str
+    waiting: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,4 +177,4 @@ class Reconnected:
 
 
 #: Every event a listener may get.
-Event: TypeAlias = Acquired | AcquireFailed | Released | Lost | RenewalRound | Reconnected
+Event: TypeAlias = Acquired | AcquireFailed | Waiting | Released | Lost | RenewalRound | Reconnected

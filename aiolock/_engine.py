@@ -175,6 +175,11 @@ class Engine:
         self._affinity.check()
         self.started = True
 
+    def _check_not_closed(self) -> None:
+        """check_open() within a call already checked: only whether it was closed since."""
+        if self.closed:
+            raise ClientClosedError
+
     def close(self) -> None:
         """Refuse new calls from now on; the client then winds down what runs."""
         self.closed = True
@@ -581,7 +586,9 @@ class Engine:
             # attempt's target count depends on its outcome.
             if not ticket.ready:  # spares a coroutine when the turn is free
                 await ticket.wait()
-            self.check_open()
+            # Closed meanwhile? (The process and loop were checked as the call started:
+            # the same task cannot have moved since.)
+            self._check_not_closed()
             # The holder's calls before this one may have changed what it holds (a write
             # unlock of the same owner=, say): judge the upgrade rule again, in turn.
             p.check_acquire(call.holder, self._holds)
@@ -683,17 +690,18 @@ class Engine:
         did (the target count), and its tombstone voids it all for a rollback.
         """
         runner = self._runner
-        pause = self.settings.retry_interval
-        loop = asyncio.get_running_loop()
+        pause = None  # looked up at the first refusal: the plain path spares it
         while True:
             try:
                 return await runner.run_acked(*invocation)
             except Exception as exc:
                 if call.wait == 0 or not runner.passing(exc):
                     raise
+                if pause is None:
+                    pause = self.settings.retry_interval
                 sleep = pause
                 if call.deadline is not None:
-                    sleep = min(sleep, call.deadline - loop.time())
+                    sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
                     if sleep <= 0:
                         raise
                 log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)

@@ -30,6 +30,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ._cancel import calling_task, cancel_mark, cancel_requested, cancelled_since
+from ._events import fail_reason
 from ._exceptions import (
     ClientClosedError,
     LockError,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
     from ._renewal import RenewalService
     from ._scripts import ScriptRunner
     from ._waiting import Waiter, WaitingRoom
+    from .events import SemaphoreKind
 
 __all__ = ("Engine",)
 
@@ -1360,8 +1362,13 @@ class Engine:
         attempt_for: Callable[[str], tuple[Invocation, Invocation]],
         wait: float | None,
         decode: Callable[[Any], Outcome],
+        *,
+        kind: SemaphoreKind | None = None,
     ) -> bool:
         """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
+
+        ``kind``: an acquire of that semaphore kind, told as the acquire events (None:
+        a take that is no acquire, drain_permits()).
 
         ``attempt_for(tombstone)``: one attempt, and the call that undoes it (gives back
         what it took, if anything, and voids any copy of it still on its way, by the
@@ -1408,14 +1415,26 @@ class Engine:
                 self._latches.add(tombstone)
             return outcome
 
+        started = monotonic()
         try:
-            return await self._wait_for(w, attempt, wait)
-        except Exception as exc:
-            if cancelled_since(mark):
+            taken = await self._wait_for(w, attempt, wait, kind)
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError) or cancelled_since(mark)
+            if kind is not None:
+                self.events.acquire_failed(
+                    kind, w.name, monotonic() - started, fail_reason(exc, cancelled=cancelled)
+                )
+            if cancelled and not isinstance(exc, asyncio.CancelledError):
                 raise asyncio.CancelledError from exc
             raise
         finally:
             self._background.call_ended()
+        if kind is not None:
+            if taken:
+                self.events.acquired(kind, w.name, "", monotonic() - started, reentrant=False)
+            else:
+                self.events.acquire_failed(kind, w.name, monotonic() - started, "timeout")
+        return taken
 
     def took_permit(self, w: Waitable, permit: str, timeouts: str) -> None:
         """Record a permit (its hex id) that the watchdog renews while the calling task lives.
@@ -1472,8 +1491,11 @@ class Engine:
         w: Waitable,
         attempt: Callable[[], Awaitable[Outcome]],
         wait: float | None,
+        kind: SemaphoreKind | None = None,
     ) -> bool:
         """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
+
+        ``kind``: its wait is told as a ``Waiting`` of that kind (None: not told).
 
         As a lock's wait: the waiter registers before each attempt, so a message published
         while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
@@ -1490,6 +1512,7 @@ class Engine:
         room = self._waiting
         channel = w.channel("")
         room.enter(w.key, "")
+        self.events.wait_started(kind, w.name)
         settled = False
         try:
             while True:
@@ -1533,6 +1556,7 @@ class Engine:
                     sub.release()
         finally:
             room.leave(w.key, "")
+            self.events.wait_ended(kind, w.name)
 
     # -- plumbing -------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING, TypeAlias
 
+from ._exceptions import ClientClosedError
 from .events import (
     Acquired,
     AcquireFailed,
@@ -26,9 +27,9 @@ from .events import (
 )
 
 if TYPE_CHECKING:
-    from .events import FailReason, Kind
+    from .events import AcquireKind, FailReason, Kind
 
-__all__ = ("Emitter", "Listener")
+__all__ = ("Emitter", "Listener", "fail_reason")
 
 log = logging.getLogger("aiolock")
 
@@ -36,6 +37,13 @@ Listener: TypeAlias = Callable[[Event], object]
 
 # A listener that keeps raising is logged at most this often (seconds), with a count.
 _ERROR_LOG_INTERVAL = 60.0
+
+
+def fail_reason(exc: BaseException, *, cancelled: bool) -> FailReason:
+    """Why an acquire call that raised ``exc`` ended without what it asked for."""
+    if cancelled:
+        return "cancelled"
+    return "closed" if isinstance(exc, ClientClosedError) else "error"
 
 
 class Emitter:
@@ -56,7 +64,7 @@ class Emitter:
         self._errors: dict[Listener, list[float]] = {}
         # The calls waiting per (kind, name): counted with or without listeners, so that a
         # listener added while calls wait sees the count fall back to 0, never below.
-        self._waiting: dict[tuple[Kind, str], int] = {}
+        self._waiting: dict[tuple[AcquireKind, str], int] = {}
 
     # -- listeners ------------------------------------------------------------------------
 
@@ -111,7 +119,7 @@ class Emitter:
     # -- the bookkeeping's hooks ----------------------------------------------------------
 
     def acquired(
-        self, kind: Kind, name: str, holder: str, waited: float, *, reentrant: bool
+        self, kind: AcquireKind, name: str, holder: str, waited: float, *, reentrant: bool
     ) -> None:
         """An acquire call took the lock after ``waited`` seconds."""
         slow = self.slow_wait
@@ -127,15 +135,22 @@ class Emitter:
         if self.listeners:
             self.emit(Acquired(kind, name, holder, waited, reentrant))
 
-    def wait_started(self, kind: Kind, name: str) -> None:
-        """An acquire call starts waiting for the lock (only calls that wait: no cost else)."""
+    def wait_started(self, kind: AcquireKind | None, name: str) -> None:
+        """An acquire call starts waiting for the lock (only calls that wait: no cost else).
+
+        ``kind`` None: a wait that is no acquire (a latch's await): not told.
+        """
+        if kind is None:
+            return
         key = (kind, name)
         waiting = self._waiting[key] = self._waiting.get(key, 0) + 1
         if self.listeners:
             self.emit(Waiting(kind, name, waiting))
 
-    def wait_ended(self, kind: Kind, name: str) -> None:
+    def wait_ended(self, kind: AcquireKind | None, name: str) -> None:
         """A call that ``wait_started`` stops waiting (its Acquired/AcquireFailed follows)."""
+        if kind is None:
+            return
         key = (kind, name)
         waiting = self._waiting.get(key, 1) - 1
         if waiting > 0:
@@ -145,7 +160,9 @@ class Emitter:
         if self.listeners:
             self.emit(Waiting(kind, name, waiting))
 
-    def acquire_failed(self, kind: Kind, name: str, waited: float, reason: FailReason) -> None:
+    def acquire_failed(
+        self, kind: AcquireKind, name: str, waited: float, reason: FailReason
+    ) -> None:
         """An acquire call ended without the lock."""
         if self.listeners:
             self.emit(AcquireFailed(kind, name, waited, reason))

@@ -216,6 +216,10 @@ class Instrumentation:
         if event.reentrant:
             self._span_acquire(event.waited, {**attrs, REENTRANT: True}, failure=None)
             return
+        if event.kind in events.SEMAPHORE_KINDS:
+            # Permits have no holder to release them: aiolock.held counts locks only.
+            self._span_acquire(event.waited, attrs, failure=None)
+            return
         hold = (event.kind, event.name, event.holder)
         if hold not in self._holds:
             self._holds[hold] = 1

@@ -12,7 +12,15 @@ from redis.asyncio.client import PubSub
 
 import aiolock
 from aiolock._scripts import load_script
-from aiolock.events import Acquired, AcquireFailed, Event, Lost, Released, Waiting
+from aiolock.events import (
+    SEMAPHORE_KINDS,
+    Acquired,
+    AcquireFailed,
+    Event,
+    Lost,
+    Released,
+    Waiting,
+)
 
 
 async def wait_until(
@@ -244,8 +252,8 @@ class EventLedger:
                 if not self.unended[lock]:
                     del self.unended[lock]
         if isinstance(event, Acquired):
-            if event.reentrant:
-                return
+            if event.reentrant or event.kind in SEMAPHORE_KINDS:
+                return  # nothing ends a semaphore's acquisition: permits have no holder
             delta = 1
             key = (event.kind, event.name, event.holder)
         elif isinstance(event, Released | Lost):

@@ -264,6 +264,29 @@ async def test_waiting_counts_the_calls_waiting_now(
     await waiter.spin_lock(name + ":spin", owner="w").unlock()
 
 
+async def test_semaphore_acquires_are_waits_not_holds(
+    make_client: ClientFactory, otel: Telemetry, name: str
+) -> None:
+    """A semaphore's acquire: in aiolock.acquire.wait and aiolock.waiting under its kind;
+    never in aiolock.held (its permits have no holder to release them)."""
+    client = make_client()
+    otel.instrument(client)
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(1)
+    await sem.acquire()
+    waiting = asyncio.create_task(sem.try_acquire(wait=10))
+    await wait_until(lambda: otel.value("aiolock.waiting", aiolock_kind="semaphore") == 1)
+    await sem.release()
+    assert await waiting
+    assert otel.value("aiolock.waiting", aiolock_kind="semaphore") == 0
+    assert (
+        otel.count("aiolock.acquire.wait", aiolock_kind="semaphore", aiolock_outcome="acquired")
+        == 2
+    )
+    assert otel.value("aiolock.held", aiolock_kind="semaphore") == 0
+    await sem.delete()
+
+
 async def test_loss_and_renewal_rounds(
     make_client: ClientFactory, otel: Telemetry, name: str
 ) -> None:

@@ -219,28 +219,38 @@ class EventLedger:
     Holds: every ``Released`` or ``Lost`` ends a hold that an ``Acquired`` (not reentrant)
     began, once: per (kind, name, holder) the count of open holds never goes below 0 nor
     above 1; once everything is released, none is open (what a metric of holds held relies
-    on). Waits: per (kind, name) each ``Waiting`` moves the count by one from the last, never
-    below 0; every wait started is followed by an ``Acquired`` or ``AcquireFailed`` of that
-    lock (the call's end: just before its last ``Waiting`` if it got the lock, after it if
-    not); once nothing waits, the count is 0 (what ``aiolock.waiting``
-    relies on).
+    on). Waits: per client and (kind, name), each ``Waiting`` moves the count by one from
+    the last, never below 0; every wait started is followed by an ``Acquired`` or
+    ``AcquireFailed`` of that lock (the call's end: just before its last ``Waiting`` if it
+    got the lock, after it if not); once nothing waits, the count is 0 (what
+    ``aiolock.waiting`` relies on). Attach clients with ``attach()`` (or the constructor):
+    called directly, the ledger takes every event for one client's.
     """
 
     def __init__(self, *clients: aiolock.Client) -> None:
         self.open: dict[tuple[str, str, str], int] = {}
-        self.waiting: dict[tuple[str, str], int] = {}
+        # Per (client id, kind, name): the client's last told count of waiting calls.
+        self.waiting: dict[tuple[str, str, str], int] = {}
         # Per (kind, name): waits started whose call has not yet told its end.
         self.unended: dict[tuple[str, str], int] = {}
         self.faults: list[str] = []
         self.events = 0
         self.waits = 0
         for client in clients:
-            client.add_listener(self)
+            self.attach(client)
+
+    def attach(self, client: aiolock.Client) -> None:
+        """Check ``client``'s events (each client counts its own waiting calls)."""
+        client.add_listener(lambda event: self.record(event, client.id))
 
     def __call__(self, event: Event) -> None:
+        self.record(event, "")
+
+    def record(self, event: Event, source: str) -> None:
+        """Check one event of the client ``source``."""
         self.events += 1
         if isinstance(event, Waiting):
-            self._waiting(event)
+            self._waiting(event, source)
             return
         if isinstance(event, Acquired | AcquireFailed):
             lock = (event.kind, event.name)
@@ -269,18 +279,19 @@ class EventLedger:
         else:
             self.open.pop(key, None)
 
-    def _waiting(self, event: Waiting) -> None:
+    def _waiting(self, event: Waiting, source: str) -> None:
         lock = (event.kind, event.name)
-        last = self.waiting.get(lock, 0)
+        counted = (source, *lock)
+        last = self.waiting.get(counted, 0)
         if event.waiting < 0 or abs(event.waiting - last) != 1:
             self.faults.append(f"{event!r} after a count of {last}")
         if event.waiting > last:
             self.waits += 1
             self.unended[lock] = self.unended.get(lock, 0) + 1
         if event.waiting:
-            self.waiting[lock] = event.waiting
+            self.waiting[counted] = event.waiting
         else:
-            self.waiting.pop(lock, None)
+            self.waiting.pop(counted, None)
 
     def check_closed(self) -> None:
         """Every hold begun has ended, every wait too; no event was out of order."""

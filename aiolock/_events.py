@@ -14,12 +14,22 @@ from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING, TypeAlias
 
-from .events import Acquired, AcquireFailed, Event, Lost, Reconnected, Released, RenewalRound
+from ._exceptions import ClientClosedError
+from .events import (
+    Acquired,
+    AcquireFailed,
+    Event,
+    Lost,
+    Reconnected,
+    Released,
+    RenewalRound,
+    Waiting,
+)
 
 if TYPE_CHECKING:
-    from .events import FailReason, Kind
+    from .events import AcquireKind, FailReason, Kind
 
-__all__ = ("Emitter", "Listener")
+__all__ = ("Emitter", "Listener", "fail_reason")
 
 log = logging.getLogger("aiolock")
 
@@ -29,13 +39,20 @@ Listener: TypeAlias = Callable[[Event], object]
 _ERROR_LOG_INTERVAL = 60.0
 
 
+def fail_reason(exc: BaseException, *, cancelled: bool) -> FailReason:
+    """Why an acquire call that raised ``exc`` ended without what it asked for."""
+    if cancelled:
+        return "cancelled"
+    return "closed" if isinstance(exc, ClientClosedError) else "error"
+
+
 class Emitter:
     """Tells the listeners what happened; logs waits and holds past the slow thresholds.
 
     ``slow_wait``, ``slow_hold``: seconds, None for no log.
     """
 
-    __slots__ = ("_errors", "listeners", "slow_hold", "slow_wait")
+    __slots__ = ("_errors", "_waiting", "listeners", "slow_hold", "slow_wait")
 
     def __init__(self, *, slow_wait: float | None = None, slow_hold: float | None = None) -> None:
         self.slow_wait = slow_wait
@@ -45,6 +62,9 @@ class Emitter:
         self.listeners: tuple[Listener, ...] = ()
         # Per listener that raised: when its last error was logged, and how many since.
         self._errors: dict[Listener, list[float]] = {}
+        # The calls waiting per (kind, name): counted with or without listeners, so that a
+        # listener added while calls wait sees the count fall back to 0, never below.
+        self._waiting: dict[tuple[AcquireKind, str], int] = {}
 
     # -- listeners ------------------------------------------------------------------------
 
@@ -99,7 +119,7 @@ class Emitter:
     # -- the bookkeeping's hooks ----------------------------------------------------------
 
     def acquired(
-        self, kind: Kind, name: str, holder: str, waited: float, *, reentrant: bool
+        self, kind: AcquireKind, name: str, holder: str, waited: float, *, reentrant: bool
     ) -> None:
         """An acquire call took the lock after ``waited`` seconds."""
         slow = self.slow_wait
@@ -115,7 +135,34 @@ class Emitter:
         if self.listeners:
             self.emit(Acquired(kind, name, holder, waited, reentrant))
 
-    def acquire_failed(self, kind: Kind, name: str, waited: float, reason: FailReason) -> None:
+    def wait_started(self, kind: AcquireKind | None, name: str) -> None:
+        """An acquire call starts waiting for the lock (only calls that wait: no cost else).
+
+        ``kind`` None: a wait that is no acquire (a latch's await): not told.
+        """
+        if kind is None:
+            return
+        key = (kind, name)
+        waiting = self._waiting[key] = self._waiting.get(key, 0) + 1
+        if self.listeners:
+            self.emit(Waiting(kind, name, waiting))
+
+    def wait_ended(self, kind: AcquireKind | None, name: str) -> None:
+        """A call that ``wait_started`` stops waiting (its Acquired/AcquireFailed follows)."""
+        if kind is None:
+            return
+        key = (kind, name)
+        waiting = self._waiting.get(key, 1) - 1
+        if waiting > 0:
+            self._waiting[key] = waiting
+        else:
+            self._waiting.pop(key, None)
+        if self.listeners:
+            self.emit(Waiting(kind, name, waiting))
+
+    def acquire_failed(
+        self, kind: AcquireKind, name: str, waited: float, reason: FailReason
+    ) -> None:
         """An acquire call ended without the lock."""
         if self.listeners:
             self.emit(AcquireFailed(kind, name, waited, reason))

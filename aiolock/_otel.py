@@ -149,16 +149,11 @@ class Instrumentation:
         handlers: dict[type[Any], Callable[[Any], None]] = {
             events.Acquired: self._on_acquired,
             events.AcquireFailed: self._on_acquire_failed,
+            events.Waiting: self._on_waiting,
             events.Released: self._on_released,
             events.Lost: self._on_lost,
             events.RenewalRound: self._on_renewal_round,
         }
-        # aiolock.waiting needs an event the stream does not have yet: "this client's calls
-        # waiting on a name are now n", from the engine's waiting room, emitted when n
-        # changes (``Waiting(kind, name, waiting)``). Until it exists the counter stays at 0.
-        waiting_event = getattr(events, "Waiting", None)
-        if waiting_event is not None:
-            handlers[waiting_event] = self._on_waiting
 
         def listener(event: object) -> None:
             handler = handlers.get(type(event))
@@ -221,6 +216,10 @@ class Instrumentation:
         if event.reentrant:
             self._span_acquire(event.waited, {**attrs, REENTRANT: True}, failure=None)
             return
+        if event.kind in events.SEMAPHORE_KINDS:
+            # Permits have no holder to release them: aiolock.held counts locks only.
+            self._span_acquire(event.waited, attrs, failure=None)
+            return
         hold = (event.kind, event.name, event.holder)
         if hold not in self._holds:
             self._holds[hold] = 1
@@ -247,7 +246,9 @@ class Instrumentation:
         self._end_hold(event.kind, event.name, event.holder, event.held, "lost")
         self._lease_lost.add(1, self._attributes(event.kind, event.name, LOSS_REASON, event.how))
 
-    def _on_waiting(self, event: Any) -> None:
+    def _on_waiting(self, event: events.Waiting) -> None:
+        # The event gives the count of (kind, name); its series (without lock names: all
+        # names of a kind) adds the change since the count last told.
         told = (event.kind, event.name)
         change = event.waiting - self._waiting_told.get(told, 0)
         if event.waiting:

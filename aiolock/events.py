@@ -9,8 +9,12 @@ Common fields:
 
 * ``kind``: the lock kind, one of :data:`KINDS` (the names of ``client.locked(kind=...)``):
   ``"lock"``, ``"fair_lock"``, ``"fenced_lock"``, ``"spin_lock"``, ``"read_lock"``,
-  ``"write_lock"``, ``"fair_read_lock"``, ``"fair_write_lock"``. Only locks emit events
-  (semaphores, permits and latches have no holder to name).
+  ``"write_lock"``, ``"fair_read_lock"``, ``"fair_write_lock"``; or, for the acquire
+  events (:class:`Acquired`, :class:`AcquireFailed`, :class:`Waiting`) of a semaphore's
+  ``acquire()``/``try_acquire()``/``acquired()``, one of :data:`SEMAPHORE_KINDS`:
+  ``"semaphore"``, ``"permit_expirable_semaphore"``. Permits have no holder to release
+  them: a semaphore's :class:`Acquired` has ``holder=""`` and ``reentrant=False``, and
+  no :class:`Released` or :class:`Lost` follows it. The count-down latch emits none.
 * ``name``: the lock's name as given to the client (without ``key_prefix``). Unbounded: do
   not make it a metric label without thinking.
 * ``holder``: the holder id, ``"<client id>:<n>"`` for a task, or ``owner=`` as given.
@@ -24,7 +28,9 @@ from typing import Literal, TypeAlias, get_args
 
 __all__ = (
     "KINDS",
+    "SEMAPHORE_KINDS",
     "AcquireFailed",
+    "AcquireKind",
     "Acquired",
     "Event",
     "FailReason",
@@ -33,6 +39,8 @@ __all__ = (
     "Reconnected",
     "Released",
     "RenewalRound",
+    "SemaphoreKind",
+    "Waiting",
 )
 
 #: The kinds of lock that emit events.
@@ -48,6 +56,12 @@ Kind: TypeAlias = Literal[
 ]
 #: Every :data:`Kind`, in declaration order (read off the literal, not written out again).
 KINDS: tuple[Kind, ...] = get_args(Kind)
+
+#: The semaphores, whose acquire calls emit the acquire events (not Released nor Lost).
+SemaphoreKind: TypeAlias = Literal["semaphore", "permit_expirable_semaphore"]
+SEMAPHORE_KINDS: tuple[SemaphoreKind, ...] = get_args(SemaphoreKind)
+#: The kind of an acquire event.
+AcquireKind: TypeAlias = Kind | SemaphoreKind
 
 #: Why an acquire call ended without the lock (see :class:`AcquireFailed`).
 FailReason: TypeAlias = Literal["timeout", "cancelled", "closed", "error"]
@@ -65,11 +79,29 @@ class Acquired:
     :class:`Released` or a :class:`Lost` ends.
     """
 
-    kind: Kind
+    kind: AcquireKind
     name: str
     holder: str
     waited: float
     reentrant: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """How many of this client's acquire calls wait for the lock changed: now ``waiting``.
+
+    A call waits from the moment it finds the lock held and has time left (its first
+    attempt answered "held", or it queued behind this client's earlier waiters) until it
+    takes the lock or gives up; calls that get the lock at once, or ``wait=0``, never
+    wait. One event when a call starts waiting (``waiting`` one more) and one when it stops
+    (one less); the call then ends with its :class:`Acquired` or :class:`AcquireFailed`, as
+    every call does, so the count is back to 0 once nothing waits (an up-down counter of
+    waiting calls adds ``waiting`` less the last value it saw).
+    """
+
+    kind: AcquireKind
+    name: str
+    waiting: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +114,7 @@ class AcquireFailed:
     retries, an upgrade refused, ...). ``waited``: seconds from the call's start.
     """
 
-    kind: Kind
+    kind: AcquireKind
     name: str
     waited: float
     reason: FailReason
@@ -159,4 +191,4 @@ class Reconnected:
 
 
 #: Every event a listener may get.
-Event: TypeAlias = Acquired | AcquireFailed | Released | Lost | RenewalRound | Reconnected
+Event: TypeAlias = Acquired | AcquireFailed | Waiting | Released | Lost | RenewalRound | Reconnected

@@ -12,7 +12,15 @@ from redis.asyncio.client import PubSub
 
 import aiolock
 from aiolock._net.scripts import load_script
-from aiolock.events import Acquired, Event, Lost, Released
+from aiolock.events import (
+    SEMAPHORE_KINDS,
+    Acquired,
+    AcquireFailed,
+    Event,
+    Lost,
+    Released,
+    Waiting,
+)
 
 
 async def wait_until(
@@ -206,25 +214,56 @@ async def subscribe_confirmed(pubsub: PubSub, *channels: str) -> None:
 
 
 class EventLedger:
-    """A listener that checks the event stream's holds balance (``aiolock.events``).
+    """A listener that checks the event stream's balance (``aiolock.events``).
 
-    Every ``Released`` or ``Lost`` ends a hold that an ``Acquired`` (not reentrant) began,
-    once: per (kind, name, holder) the count of open holds never goes below 0 nor above 1;
-    once everything is released, none is open (what a metric of holds held relies on).
+    Holds: every ``Released`` or ``Lost`` ends a hold that an ``Acquired`` (not reentrant)
+    began, once: per (kind, name, holder) the count of open holds never goes below 0 nor
+    above 1; once everything is released, none is open (what a metric of holds held relies
+    on). Waits: per client and (kind, name), each ``Waiting`` moves the count by one from
+    the last, never below 0; every wait started is followed by an ``Acquired`` or
+    ``AcquireFailed`` of that lock (the call's end: just before its last ``Waiting`` if it
+    got the lock, after it if not); once nothing waits, the count is 0 (what
+    ``aiolock.waiting`` relies on). Attach clients with ``attach()`` (or the constructor):
+    called directly, the ledger takes every event for one client's.
     """
 
     def __init__(self, *clients: aiolock.Client) -> None:
         self.open: dict[tuple[str, str, str], int] = {}
+        # Per (client id, kind, name): the client's last told count of waiting calls.
+        self.waiting: dict[tuple[str, str, str], int] = {}
+        # Per (kind, name): waits started whose call has not yet told its end.
+        self.unended: dict[tuple[str, str], int] = {}
         self.faults: list[str] = []
         self.events = 0
+        self.waits = 0
         for client in clients:
-            client.add_listener(self)
+            self.attach(client)
+
+    def attach(self, client: aiolock.Client) -> None:
+        """Check ``client``'s events (each client counts its own waiting calls)."""
+        client.add_listener(lambda event: self.record(event, client.id))
 
     def __call__(self, event: Event) -> None:
+        self.record(event, "")
+
+    def record(self, event: Event, source: str) -> None:
+        """Check one event of the client ``source``."""
         self.events += 1
+        if isinstance(event, Waiting):
+            self._waiting(event, source)
+            return
+        if isinstance(event, Acquired | AcquireFailed):
+            lock = (event.kind, event.name)
+            if self.unended.get(lock, 0) > 0:
+                # Events name no call: this end is taken for a waiting call's. A call that
+                # never waited may end meanwhile, so this checks that waits end at least
+                # as often as they start, which a wait left without its end fails.
+                self.unended[lock] -= 1
+                if not self.unended[lock]:
+                    del self.unended[lock]
         if isinstance(event, Acquired):
-            if event.reentrant:
-                return
+            if event.reentrant or event.kind in SEMAPHORE_KINDS:
+                return  # nothing ends a semaphore's acquisition: permits have no holder
             delta = 1
             key = (event.kind, event.name, event.holder)
         elif isinstance(event, Released | Lost):
@@ -240,7 +279,23 @@ class EventLedger:
         else:
             self.open.pop(key, None)
 
+    def _waiting(self, event: Waiting, source: str) -> None:
+        lock = (event.kind, event.name)
+        counted = (source, *lock)
+        last = self.waiting.get(counted, 0)
+        if event.waiting < 0 or abs(event.waiting - last) != 1:
+            self.faults.append(f"{event!r} after a count of {last}")
+        if event.waiting > last:
+            self.waits += 1
+            self.unended[lock] = self.unended.get(lock, 0) + 1
+        if event.waiting:
+            self.waiting[counted] = event.waiting
+        else:
+            self.waiting.pop(counted, None)
+
     def check_closed(self) -> None:
-        """Every hold begun has ended; no event was out of order."""
+        """Every hold begun has ended, every wait too; no event was out of order."""
         assert not self.faults, self.faults
         assert not self.open, f"holds begun and never ended in the events: {self.open}"
+        assert not self.waiting, f"waits started and never ended in the events: {self.waiting}"
+        assert not self.unended, f"waits whose call never told its end: {self.unended}"

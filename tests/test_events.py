@@ -25,6 +25,7 @@ from aiolock.events import (
     Reconnected,
     Released,
     RenewalRound,
+    Waiting,
 )
 
 from .helpers import wait_until
@@ -352,3 +353,58 @@ async def test_renewal_outage_logged_once_with_count(
             await lock.unlock()
     finally:
         await client.aclose()
+
+
+async def test_semaphore_acquires_emit_the_acquire_events(
+    make_client: ClientFactory, name: str
+) -> None:
+    """A semaphore's acquire calls: Acquired (no holder; nothing ends it), AcquireFailed and
+    Waiting, with the semaphore's kind; drain_permits() and the latch emit nothing."""
+    client = make_client()
+    events = recorder(client)
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(1)
+    await sem.acquire()
+    assert not await sem.try_acquire(wait=0)
+    waiting = asyncio.create_task(sem.try_acquire(wait=10))
+    cancelled = asyncio.create_task(sem.acquire())
+    await wait_until(lambda: len(of(events, Waiting)) == 2)
+    cancelled.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    await sem.release()
+    assert await waiting
+    await sem.release()
+    assert await sem.drain_permits() == 1
+    await sem.delete()
+    psem = client.permit_expirable_semaphore(name + ":p")
+    assert await psem.try_set_permits(1)
+    permit = await psem.acquire()
+    await psem.release(permit)
+    await psem.delete()
+    latch = client.count_down_latch(name + ":l")
+    assert await latch.try_set_count(1)
+    await latch.count_down()
+    assert await latch.wait(1)
+
+    shape = [
+        (type(e).__name__, e.kind, getattr(e, "reason", getattr(e, "waiting", None)))
+        for e in events
+        if isinstance(e, Acquired | AcquireFailed | Waiting)
+    ]
+    assert shape == [
+        ("Acquired", "semaphore", None),
+        ("AcquireFailed", "semaphore", "timeout"),
+        ("Waiting", "semaphore", 1),
+        ("Waiting", "semaphore", 2),
+        ("Waiting", "semaphore", 1),
+        ("AcquireFailed", "semaphore", "cancelled"),
+        ("Waiting", "semaphore", 0),
+        ("Acquired", "semaphore", None),
+        ("Acquired", "permit_expirable_semaphore", None),
+    ]
+    for event in of(events, Acquired):
+        assert event.name in {name, name + ":p"}
+        assert (event.holder, event.reentrant) == ("", False)
+    assert not of(events, Released)
+    assert not of(events, Lost)

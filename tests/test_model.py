@@ -349,7 +349,7 @@ class _Machine(RuleBasedStateMachine):
             aiolock.Client.from_url(self.url, watchdog_timeout=b_lease, cluster=cluster),
         ]
         for client in self.clients:
-            client.add_listener(self.ledger)
+            self.ledger.attach(client)
         self.actors = [[Actor(c, a) for a in range(ACTORS)] for c in range(len(CLIENTS))]
         # Learn each actor's holder id as the server sees it: take a probe lock, read it.
         raw = self.raw

@@ -231,6 +231,62 @@ async def test_timeout_and_cancel_are_failed_acquires(
     assert otel.value("aiolock.held", aiolock_kind="lock") == 0
 
 
+async def test_waiting_counts_the_calls_waiting_now(
+    make_client: ClientFactory, otel: Telemetry, name: str
+) -> None:
+    """aiolock.waiting: up while calls wait (a spin lock's polls too), 0 once each got the
+    lock, timed out or was cancelled; a call that gets the lock at once never counts."""
+    holder, waiter = make_client(), make_client()
+    otel.instrument(waiter)
+    assert await waiter.lock(name).try_lock(wait=0)  # at once: not waiting
+    await waiter.lock(name).unlock()
+    await holder.lock(name).lock()
+    await holder.spin_lock(name + ":spin").lock()
+    gets = asyncio.create_task(waiter.lock(name, owner="w").try_lock(wait=10))
+    cancelled = asyncio.create_task(waiter.lock(name).lock())
+    times_out = asyncio.create_task(waiter.lock(name).try_lock(wait=0.3))
+    spins = asyncio.create_task(waiter.spin_lock(name + ":spin", owner="w").try_lock(wait=10))
+    await wait_until(lambda: waiter.lock(name).statistics().tasks_waiting == 3)
+    await wait_until(lambda: otel.value("aiolock.waiting", aiolock_kind="spin_lock") == 1)
+    assert otel.value("aiolock.waiting", aiolock_kind="lock") == 3
+    cancelled.cancel()
+    assert not await times_out
+    assert otel.value("aiolock.waiting", aiolock_kind="lock") == 1
+    await holder.lock(name).unlock()
+    await holder.spin_lock(name + ":spin").unlock()
+    assert await gets
+    assert await spins
+    with pytest.raises(asyncio.CancelledError):
+        await cancelled
+    assert otel.value("aiolock.waiting", aiolock_kind="lock") == 0
+    assert otel.value("aiolock.waiting", aiolock_kind="spin_lock") == 0
+    await waiter.lock(name, owner="w").unlock()
+    await waiter.spin_lock(name + ":spin", owner="w").unlock()
+
+
+async def test_semaphore_acquires_are_waits_not_holds(
+    make_client: ClientFactory, otel: Telemetry, name: str
+) -> None:
+    """A semaphore's acquire: in aiolock.acquire.wait and aiolock.waiting under its kind;
+    never in aiolock.held (its permits have no holder to release them)."""
+    client = make_client()
+    otel.instrument(client)
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(1)
+    await sem.acquire()
+    waiting = asyncio.create_task(sem.try_acquire(wait=10))
+    await wait_until(lambda: otel.value("aiolock.waiting", aiolock_kind="semaphore") == 1)
+    await sem.release()
+    assert await waiting
+    assert otel.value("aiolock.waiting", aiolock_kind="semaphore") == 0
+    assert (
+        otel.count("aiolock.acquire.wait", aiolock_kind="semaphore", aiolock_outcome="acquired")
+        == 2
+    )
+    assert otel.value("aiolock.held", aiolock_kind="semaphore") == 0
+    await sem.delete()
+
+
 async def test_loss_and_renewal_rounds(
     make_client: ClientFactory, otel: Telemetry, name: str
 ) -> None:

@@ -21,6 +21,7 @@ import aiolock
 
 from .faultproxy import FaultProxy
 from .helpers import wait_until
+from .test_cli import aiolock_cli
 from .topologies import SentinelHandle, redis_sentinel
 
 # Safety net only: every wait ends on an event or on Redis state.
@@ -201,3 +202,33 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
     assert sorted(served, key=str) == [0, 1, 2, "deaf", "denied"]
     assert holder._transport._wire is not None
     assert holder._transport._wire.peer.endswith(f":{new.port}")
+
+
+async def test_cli_through_sentinel_exits_promptly(
+    group: SentinelHandle, make_client: Any, name: str
+) -> None:
+    """``aiolock inspect`` and ``force-unlock --yes`` with ``--sentinel``: each answers and
+    exits at once (force-unlock once hung in the aclose() of its client's sentinel watch).
+
+    In this module, to use its running group (a group of its own costs seconds to start).
+    """
+    holder, waiting = make_client(), make_client()
+    await holder.lock(name, owner="h").lock()
+    task = asyncio.create_task(_hold_once(waiting.lock(name)))
+    await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 1)
+    url = "redis://" + ",".join(f"{host}:{port}" for host, port in group.sentinel_addresses)
+    via = ("--sentinel", group.master_name, "--json")
+
+    started = time.monotonic()
+    run = await aiolock_cli("inspect", url, name, *via)
+    assert run.code == 0, run
+    assert run.json()["kind"] == "lock"
+    run = await aiolock_cli("force-unlock", url, name, "--yes", *via)
+    took = time.monotonic() - started
+    assert run.code == 0, run
+    assert run.json() == {"name": name, "kind": "lock", "unlocked": True}
+    # Two subprocesses of ~0.5 s each: bounded, not hung (aiolock_cli fails at 20 s each).
+    assert took < 10, f"inspect + force-unlock took {took:.1f} s"
+    # The waiter, woken by the force-unlock's message, takes the lock and lets it go.
+    async with asyncio.timeout(LIMIT):
+        await task

@@ -189,6 +189,7 @@ class Acquirer(Part):
         room = self._s.waiting
         channel = p.channel(call.holder)
         room.enter(p.key, call.field)
+        self._core.events.wait_started(p.lock_kind, p.name)
         try:
             for pause in p.pauses():
                 if call.deadline is not None:
@@ -208,6 +209,7 @@ class Acquirer(Part):
                     return True
         finally:
             room.leave(p.key, call.field)
+            self._core.events.wait_ended(p.lock_kind, p.name)
         raise AssertionError("pauses() ended")  # pragma: no cover - an endless iterator
 
     async def _wait(
@@ -220,6 +222,7 @@ class Acquirer(Part):
     ) -> bool:
         waiting = self._s.waiting
         waiting.enter(p.key, call.field)
+        self._core.events.wait_started(p.lock_kind, p.name)
         waiting.saw_lease(p.key, ttl_ms)
         try:
             if sub is None:
@@ -248,6 +251,7 @@ class Acquirer(Part):
             raise
         finally:
             waiting.leave(p.key, call.field)
+            self._core.events.wait_ended(p.lock_kind, p.name)
 
     async def _subscribe(self, p: Primitive, call: Call) -> Subscription | None:
         """Subscribe to ``call``'s channel; None if its deadline came first."""

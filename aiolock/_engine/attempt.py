@@ -50,7 +50,9 @@ class Attempts(Part):
             # attempt's target count depends on its outcome.
             if not ticket.ready:  # spares a coroutine when the turn is free
                 await ticket.wait()
-            self._core.check_open()
+            # Closed meanwhile? (The process and loop were checked as the call started:
+            # the same task cannot have moved since.)
+            self._core.check_not_closed()
             # The holder's calls before this one may have changed what it holds (a write
             # unlock of the same owner=, say): judge the upgrade rule again, in turn.
             p.check_acquire(call.holder, self._s.holds)
@@ -152,17 +154,18 @@ class Attempts(Part):
         did (the target count), and its tombstone voids it all for a rollback.
         """
         runner = self._s.runner
-        pause = self.settings.retry_interval
-        loop = asyncio.get_running_loop()
+        pause = None  # looked up at the first refusal: the plain path spares it
         while True:
             try:
                 return await runner.run_acked(*invocation)
             except Exception as exc:
                 if call.wait == 0 or not runner.passing(exc):
                     raise
+                if pause is None:
+                    pause = self.settings.retry_interval
                 sleep = pause
                 if call.deadline is not None:
-                    sleep = min(sleep, call.deadline - loop.time())
+                    sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
                     if sleep <= 0:
                         raise
                 log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)

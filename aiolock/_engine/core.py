@@ -108,6 +108,11 @@ class Core:
         self._affinity.check()
         self.started = True
 
+    def check_not_closed(self) -> None:
+        """check_open() within a call already checked: only whether it was closed since."""
+        if self.closed:
+            raise ClientClosedError
+
     def close(self) -> None:
         """Refuse new calls from now on; the client then winds down what runs."""
         self.closed = True

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
+from .._events import fail_reason
 from .._exceptions import ClientClosedError
 from .._keys import acquire_tombstone_key, unlock_latch_key
 from .._net.scripts import refused
@@ -24,6 +26,7 @@ from .primitive import Outcome
 from .replies import script_error
 
 if TYPE_CHECKING:
+    from ..events import SemaphoreKind
     from .primitive import Invocation, Waitable
 
 __all__ = ("Counting",)
@@ -98,8 +101,13 @@ class Counting(Part):
         attempt_for: Callable[[str], tuple[Invocation, Invocation]],
         wait: float | None,
         decode: Callable[[Any], Outcome],
+        *,
+        kind: SemaphoreKind | None = None,
     ) -> bool:
         """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
+
+        ``kind``: an acquire of that semaphore kind, told as the acquire events (None:
+        a take that is no acquire, drain_permits()).
 
         ``attempt_for(tombstone)``: one attempt, and the call that undoes it (gives back
         what it took, if anything, and voids any copy of it still on its way, by the
@@ -146,14 +154,27 @@ class Counting(Part):
                 self._s.latches.add(tombstone)
             return outcome
 
+        started = monotonic()
+        events = self._core.events
         try:
-            return await self._wait_for(w, attempt, wait)
-        except Exception as exc:
-            if cancelled_since(mark):
+            taken = await self._wait_for(w, attempt, wait, kind)
+        except BaseException as exc:
+            cancelled = isinstance(exc, asyncio.CancelledError) or cancelled_since(mark)
+            if kind is not None:
+                events.acquire_failed(
+                    kind, w.name, monotonic() - started, fail_reason(exc, cancelled=cancelled)
+                )
+            if cancelled and not isinstance(exc, asyncio.CancelledError):
                 raise asyncio.CancelledError from exc
             raise
         finally:
             self._s.background.call_ended()
+        if kind is not None:
+            if taken:
+                events.acquired(kind, w.name, "", monotonic() - started, reentrant=False)
+            else:
+                events.acquire_failed(kind, w.name, monotonic() - started, "timeout")
+        return taken
 
     def took_permit(self, w: Waitable, permit: str, timeouts: str) -> None:
         """Record a permit (its hex id) that the watchdog renews while the calling task lives.
@@ -210,8 +231,11 @@ class Counting(Part):
         w: Waitable,
         attempt: Callable[[], Awaitable[Outcome]],
         wait: float | None,
+        kind: SemaphoreKind | None = None,
     ) -> bool:
         """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
+
+        ``kind``: its wait is told as a ``Waiting`` of that kind (None: not told).
 
         As a lock's wait: the waiter registers before each attempt, so a message published
         while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
@@ -228,6 +252,7 @@ class Counting(Part):
         room = self._s.waiting
         channel = w.channel("")
         room.enter(w.key, "")
+        self._core.events.wait_started(kind, w.name)
         settled = False
         try:
             while True:
@@ -271,3 +296,4 @@ class Counting(Part):
                     sub.release()
         finally:
             room.leave(w.key, "")
+            self._core.events.wait_ended(kind, w.name)

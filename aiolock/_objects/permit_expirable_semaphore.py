@@ -191,7 +191,9 @@ class PermitExpirableSemaphore(Permits):
             last[:] = ids
             return s.take(ids, lease_ms, tombstone), s.give_back(ids, tombstone)
 
-        if not await self._engine.take(s, attempt_for, wait, _decode):
+        if not await self._engine.take(
+            s, attempt_for, wait, _decode, kind="permit_expirable_semaphore"
+        ):
             return None
         permit = last[0].hex()
         if renewed:

@@ -232,7 +232,11 @@ class Semaphore(Permits):
         n = check_count(permits, "permits", minimum=1)
         s = self._s
         return await self._engine.take(
-            s, lambda receipt: (s.take(n, receipt), s.give_back(n, receipt)), wait, _taken
+            s,
+            lambda receipt: (s.take(n, receipt), s.give_back(n, receipt)),
+            wait,
+            _taken,
+            kind="semaphore",
         )
 
     async def release(self, permits: int = 1) -> None:

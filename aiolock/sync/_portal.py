@@ -1,0 +1,240 @@
+"""The event-loop thread the synchronous API runs the async client in, and its calls.
+
+Why the stdlib and not anyio's blocking portal: the project's only runtime dependency is
+redis[hiredis], and a sync API that needed an extra would surprise the Django, Flask and
+Celery users it is for. Nothing anyio's portal does is missing here: ``call_soon_threadsafe``
+starts a task in the loop thread and a ``concurrent.futures.Future`` carries its outcome
+back. The part a portal does not do had to be written anyway: when the waiting thread is
+interrupted (KeyboardInterrupt from Ctrl-C, a Celery soft time limit, any exception a
+signal handler raises) anyio's portal, like ``run_coroutine_threadsafe``, marks its future
+cancelled and returns at once, while the task may still be acquiring in the loop. Here the
+task is cancelled and its end waited for before the interruption is re-raised, and a call
+that had already succeeded (an acquire) is undone: nothing is left behind.
+
+ONE loop thread per process serves every sync client of the process (each client has its
+own async client, connections and renewal in it): a MultiLock or RedLock over handles of
+several clients (a RedLock's members are on independent servers) runs in one task, which
+needs every member's async client in one loop. The thread starts with the first call of a
+client and stops when the last client using it is closed; it is a daemon, so an
+interpreter exit never waits for it. A forked child gets a loop thread of its own for the
+clients it uses first; those its parent used refuse (``RuntimeError``), as the async
+client does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import threading
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from .._affinity import PROCESS
+from .._exceptions import ClientClosedError
+
+__all__ = ("Call", "Portal", "portal", "thread_owner")
+
+T = TypeVar("T")
+
+# Holder ids of threads: ``{client.id}:owner:{THREAD_PREFIX}{n}``, owner-form (so never a
+# task's id) with a per-process counter (threads' idents are reused, these are not).
+THREAD_PREFIX = "aiolock-thread:"
+_numbers = itertools.count(1)
+_local = threading.local()
+
+
+def thread_owner() -> str:
+    """The calling thread's ``owner=`` as a holder: a new one for each thread."""
+    owner: str | None = getattr(_local, "owner", None)
+    if owner is None or getattr(_local, "forks", None) != PROCESS.forks:
+        # A forked child's copy of this thread is another holder than the parent's.
+        owner = _local.owner = f"{THREAD_PREFIX}{os.getpid()}-{next(_numbers)}"
+        _local.forks = PROCESS.forks
+    return owner
+
+
+class Call:
+    """One call running as a task in the loop thread, seen from the thread that made it."""
+
+    __slots__ = ("_loop", "_task", "done")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
+        self._loop = loop
+        self._task: asyncio.Task[Any] | None = None
+        self.done: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        loop.call_soon_threadsafe(self._start, coro)
+
+    def _start(self, coro: Coroutine[Any, Any, Any]) -> None:
+        if not self.done.set_running_or_notify_cancel():
+            coro.close()  # cancelled before it began: nothing ran
+            return
+        self._task = task = self._loop.create_task(coro)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[Any]) -> None:
+        if task.cancelled():
+            self.done.set_exception(asyncio.CancelledError())
+        elif (exc := task.exception()) is not None:
+            self.done.set_exception(exc)
+        else:
+            self.done.set_result(task.result())
+
+    def _cancel_task(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+
+    def interrupt(self) -> None:
+        """Cancel the call and wait until it has ended (its rollbacks begun).
+
+        A second interruption while waiting (a second Ctrl-C) stops the wait at once.
+        """
+        if self.done.cancel():
+            return  # not started: nothing to undo
+        try:
+            self._loop.call_soon_threadsafe(self._cancel_task)
+        except RuntimeError:
+            return  # the loop is gone, and the call with it
+        concurrent.futures.wait([self.done])
+
+    def fail(self, exc: BaseException) -> None:
+        """End a call the loop will never run (it stopped)."""
+        done = self.done
+        if not done.done() and (done.running() or done.set_running_or_notify_cancel()):
+            done.set_exception(exc)
+
+
+class Portal:
+    """The loop thread of one process, shared by the sync clients that use it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._calls: set[Call] = set()
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.forks = PROCESS.forks
+        self.thread = threading.Thread(target=self._main, name="aiolock-sync-loop", daemon=True)
+        self.thread.start()
+        self._ready.wait()
+
+    def _main(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        loop.call_soon(self._ready.set)
+        try:
+            loop.run_forever()
+            # As asyncio.run() ends: what is left is cancelled and allowed to finish.
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            with self._lock:
+                calls, self._calls = self._calls, set()
+            for call in calls:
+                call.fail(ClientClosedError("the aiolock client"))
+            loop.close()
+
+    def attach(self) -> bool:
+        """One more client uses this loop; False if it is stopping (use a new portal)."""
+        with self._lock:
+            if self._users < 0:
+                return False
+            self._users += 1
+            return True
+
+    def detach(self) -> None:
+        """A client is done with the loop; the last one stops it and waits for its end."""
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+            if last:
+                self._users = -1  # stopping: attach() refuses from now on
+        if last:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if threading.current_thread() is not self.thread:
+                self.thread.join()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        undo: Callable[[T], Awaitable[object]] | None = None,
+    ) -> T:
+        """Run ``coro`` in the loop; block this thread for its result.
+
+        An exception raised in this thread meanwhile (KeyboardInterrupt, a time limit's)
+        cancels the task, waits for its end and, if it had succeeded all the same, runs
+        ``undo(result)`` (releasing what it acquired), then propagates.
+        """
+        call = self.start(coro)
+        try:
+            result: T = self.result(call)
+        except BaseException:
+            if not call.done.done():
+                call.interrupt()
+            if (
+                undo is not None
+                and call.done.done()
+                and not call.done.cancelled()
+                and call.done.exception() is None
+            ):
+                self.run(_awaited(undo(call.done.result())))
+            raise
+        return result
+
+    def start(self, coro: Coroutine[Any, Any, Any]) -> Call:
+        if self.in_loop_thread:
+            coro.close()
+            raise RuntimeError(
+                "a blocking aiolock.sync call was made in the sync client's own event-loop "
+                "thread (from an event listener?): it would wait for itself for ever. Use "
+                "the async client there, or hand the call to another thread"
+            )
+        with self._lock:
+            if self._users < 0:
+                coro.close()
+                raise ClientClosedError("the aiolock client")
+            call = Call(self.loop, coro)
+            self._calls.add(call)
+        call.done.add_done_callback(lambda _: self._forget(call))
+        return call
+
+    def _forget(self, call: Call) -> None:
+        with self._lock:
+            self._calls.discard(call)
+
+    @staticmethod
+    def result(call: Call) -> Any:
+        try:
+            return call.done.result()
+        except concurrent.futures.CancelledError:
+            raise asyncio.CancelledError from None
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+_portal: Portal | None = None
+_portal_lock = threading.Lock()
+
+
+def portal() -> Portal:
+    """The process's loop thread, attached for one more client (started if need be)."""
+    global _portal  # noqa: PLW0603 - one loop thread per process
+    with _portal_lock:
+        current = _portal
+        if current is None or current.forks != PROCESS.forks or not current.attach():
+            # None yet, the parent's (its thread does not exist in a forked child), or
+            # stopping: a new one.
+            current = _portal = Portal()
+            current.attach()
+        return current

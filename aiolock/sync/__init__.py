@@ -2,9 +2,19 @@
 
 ``Client.from_url(url, **options)`` takes the async client's options; every object and
 method of ``aiolock.Client`` is here, blocking, with the same errors (``aiolock.LockError``
-and its subclasses). Holders are the calling threads. One background event-loop thread
-(a daemon, one per process) runs the async client: same keys and messages, so sync, async
-and Java clients exclude and wake each other on the same names.
+and its subclasses). Holders are the calling threads. A background event-loop thread runs
+the async client: same keys and messages, so sync, async and Java clients exclude and wake
+each other on the same names.
+
+ONE loop thread per process (a daemon), not one per client as API.md first said: every
+sync client of the process runs its own async client (connections, renewals) in that one
+loop, because a MultiLock or RedLock over handles of several clients (a RedLock's members
+are on independent servers) runs as one task, which needs all its members in one loop. It
+starts with the first call and stops when the last client is closed.
+
+Cost: each blocking call is one hand-off to that thread and back (about 20-30 µs of CPU on
+top of the async call, measured on a loaded 2-core machine), so a lock+unlock pair costs the
+async pair plus two hand-offs.
 """
 
 from __future__ import annotations

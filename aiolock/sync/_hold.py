@@ -119,7 +119,7 @@ class Hold:
 
 async def _guarded_side(
     cm: AbstractAsyncContextManager[AsyncHold],
-    entered: concurrent.futures.Future[AsyncHold],
+    entered: concurrent.futures.Future[AsyncHold | None],
     left: asyncio.Future[BaseException | None],
 ) -> None:
     """The async side of a guarded block: enter, report, wait for the thread, leave."""
@@ -159,19 +159,23 @@ class GuardedBlock:
         if self._call is not None:
             raise RuntimeError("a guarded() block is entered once: call guarded() again")
         portal = self._portal
-        entered: concurrent.futures.Future[AsyncHold] = concurrent.futures.Future()
+        # Done with the hold once entered, or with None when the call ends without one.
+        entered: concurrent.futures.Future[AsyncHold | None] = concurrent.futures.Future()
         left: asyncio.Future[BaseException | None] = portal.loop.create_future()
         self._left = left
-        call = self._call = portal.start(_guarded_side(self._cm, entered, left))
+        call = self._call = portal.start(_guarded_side(self._cm, entered, left), entered)
         try:
-            concurrent.futures.wait([entered, call.done], return_when="FIRST_COMPLETED")
+            hold = entered.result()
         except BaseException:
             # Interrupted while acquiring: the task ends (and releases) before this goes on.
             call.interrupt()
+            portal.forget(call)
             raise
-        if not entered.done():
-            portal.result(call)  # the acquire's error (LockTimeoutError, ...)
-        return Hold(portal, entered.result(), self._name, self._holder)
+        if hold is None:
+            portal.forget(call)
+            call.result()  # the acquire's error (LockTimeoutError, ...)
+            raise AssertionError("unreachable")  # pragma: no cover - a call without a hold
+        return Hold(portal, hold, self._name, self._holder)
 
     def __exit__(
         self,
@@ -190,12 +194,14 @@ class GuardedBlock:
         with contextlib.suppress(RuntimeError):  # the loop is gone, the call ended with it
             portal.loop.call_soon_threadsafe(leave)
         try:
-            concurrent.futures.wait([call.done])
+            call.wait()
         except BaseException:
             call.interrupt()
             raise
+        finally:
+            portal.forget(call)
         try:
-            portal.result(call)
+            call.result()
         except LockLostError as error:
             if exc is None:
                 raise

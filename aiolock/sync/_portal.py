@@ -28,6 +28,7 @@ import concurrent.futures
 import itertools
 import os
 import threading
+from _thread import allocate_lock as _allocate_lock
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -56,53 +57,110 @@ def thread_owner() -> str:
 
 
 class Call:
-    """One call running as a task in the loop thread, seen from the thread that made it."""
+    """One call running as a task in the loop thread, seen from the thread that made it.
 
-    __slots__ = ("_loop", "_task", "done")
+    Why not ``run_coroutine_threadsafe``: it costs a Task, a ``concurrent.futures.Future``
+    (a Condition, whose wait allocates a lock), a done callback that runs one loop
+    iteration after the task ends and a second callback copying the outcome across. Here
+    the task runs :func:`_drive`, which stores the outcome and releases ``_lock`` (a bare
+    ``_thread`` lock the caller blocks on) in the task's own last step: one hand-off each way.
+    """
+
+    __slots__ = ("_cancelled", "_coro", "_listener", "_lock", "_loop", "_task", "error", "value")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
         self._loop = loop
-        self._task: asyncio.Task[Any] | None = None
-        self.done: concurrent.futures.Future[Any] = concurrent.futures.Future()
-        loop.call_soon_threadsafe(self._start, coro)
+        self._coro: Coroutine[Any, Any, Any] | None = coro
+        self._task: asyncio.Task[None] | None = None
+        self._cancelled = False
+        self._listener: Callable[[], object] | None = None
+        self.value: Any = None
+        #: The call's exception (CancelledError if it was cancelled); None if it returned.
+        self.error: BaseException | None = None
+        self._lock = _allocate_lock()
+        self._lock.acquire()  # held until the call has ended: released by the loop thread
 
-    def _start(self, coro: Coroutine[Any, Any, Any]) -> None:
-        if not self.done.set_running_or_notify_cancel():
-            coro.close()  # cancelled before it began: nothing ran
+    def schedule(self) -> None:
+        self._loop.call_soon_threadsafe(self._start)
+
+    # -- in the loop thread ---------------------------------------------------------------
+
+    def _start(self) -> None:
+        coro = self._coro
+        if coro is None:
+            return  # ended already (failed when the loop stopped)
+        if self._cancelled:
+            self._end(None, asyncio.CancelledError())  # cancelled before it began
             return
-        self._task = task = self._loop.create_task(coro)
-        task.add_done_callback(self._finished)
+        self._task = self._loop.create_task(_drive(self, coro))
 
-    def _finished(self, task: asyncio.Task[Any]) -> None:
-        if task.cancelled():
-            self.done.set_exception(asyncio.CancelledError())
-        elif (exc := task.exception()) is not None:
-            self.done.set_exception(exc)
-        else:
-            self.done.set_result(task.result())
+    def _end(self, value: Any, error: BaseException | None) -> None:
+        """Record the outcome and wake the caller (once; always in the loop thread)."""
+        coro = self._coro
+        if coro is None:
+            return
+        self.value = value
+        self.error = error
+        self._coro = None  # after the outcome: a caller that sees done() reads it whole
+        coro.close()  # a no-op once it ran; one that never started is not warned about
+        listener = self._listener
+        self._lock.release()
+        if listener is not None:
+            listener()
 
     def _cancel_task(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        task = self._task
+        if task is not None and task.cancel():
+            # A task cancelled before its first step never runs _drive's body: end it here.
+            task.add_done_callback(lambda _: self._end(None, asyncio.CancelledError()))
+
+    def on_end(self, listener: Callable[[], object]) -> None:
+        """Call ``listener()`` in the loop thread when the call ends (set before it starts)."""
+        self._listener = listener
+
+    # -- in the calling thread ------------------------------------------------------------
+
+    def done(self) -> bool:
+        return self._coro is None
+
+    def wait(self) -> None:
+        """Block until the call has ended (interruptible: KeyboardInterrupt gets through)."""
+        lock = self._lock
+        lock.acquire()
+        lock.release()  # stays released: done() and later waits return at once
+
+    def result(self) -> Any:
+        """The call's value, or its exception raised (once it has ended)."""
+        error = self.error
+        if error is not None:
+            raise error
+        return self.value
 
     def interrupt(self) -> None:
         """Cancel the call and wait until it has ended (its rollbacks begun).
 
         A second interruption while waiting (a second Ctrl-C) stops the wait at once.
         """
-        if self.done.cancel():
-            return  # not started: nothing to undo
+        self._cancelled = True
         try:
             self._loop.call_soon_threadsafe(self._cancel_task)
         except RuntimeError:
             return  # the loop is gone, and the call with it
-        concurrent.futures.wait([self.done])
+        self.wait()
 
     def fail(self, exc: BaseException) -> None:
-        """End a call the loop will never run (it stopped)."""
-        done = self.done
-        if not done.done() and (done.running() or done.set_running_or_notify_cancel()):
-            done.set_exception(exc)
+        """End a call the loop will never run (it stopped); in the loop thread."""
+        self._end(None, exc)
+
+
+async def _drive(call: Call, coro: Coroutine[Any, Any, Any]) -> None:
+    """The task of one call: run it, then hand its outcome to the waiting thread."""
+    try:
+        value = await coro
+    except BaseException as exc:  # CancelledError too: the caller raises it, not the loop
+        call._end(None, exc)
+    else:
+        call._end(value, None)
 
 
 class Portal:
@@ -176,47 +234,56 @@ class Portal:
         """
         call = self.start(coro)
         try:
-            result: T = self.result(call)
+            call.wait()
         except BaseException:
-            if not call.done.done():
+            if not call.done():
                 call.interrupt()
-            if (
-                undo is not None
-                and call.done.done()
-                and not call.done.cancelled()
-                and call.done.exception() is None
-            ):
-                self.run(_awaited(undo(call.done.result())))
+            if undo is not None and call.done() and call.error is None:
+                self.run(_awaited(undo(call.value)))
             raise
+        finally:
+            self._calls.discard(call)
+        error = call.error
+        if error is not None:
+            raise error
+        result: T = call.value
         return result
 
-    def start(self, coro: Coroutine[Any, Any, Any]) -> Call:
-        if self.in_loop_thread:
+    def start(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        ended: concurrent.futures.Future[Any] | None = None,
+    ) -> Call:
+        """Schedule ``coro`` as a call; the caller waits on it and then forgets it.
+
+        ``ended``: a future set to None when the call ends, if nothing set it before.
+        """
+        if threading.current_thread() is self.thread:
             coro.close()
             raise RuntimeError(
                 "a blocking aiolock.sync call was made in the sync client's own event-loop "
                 "thread (from an event listener?): it would wait for itself for ever. Use "
                 "the async client there, or hand the call to another thread"
             )
+        call = Call(self.loop, coro)
+        if ended is not None:
+
+            def end() -> None:
+                if not ended.done():
+                    ended.set_result(None)
+
+            call.on_end(end)
         with self._lock:
             if self._users < 0:
                 coro.close()
                 raise ClientClosedError("the aiolock client")
-            call = Call(self.loop, coro)
+            # Listed before it is scheduled: a loop that stops fails what it never ran.
             self._calls.add(call)
-        call.done.add_done_callback(lambda _: self._forget(call))
+            call.schedule()
         return call
 
-    def _forget(self, call: Call) -> None:
-        with self._lock:
-            self._calls.discard(call)
-
-    @staticmethod
-    def result(call: Call) -> Any:
-        try:
-            return call.done.result()
-        except concurrent.futures.CancelledError:
-            raise asyncio.CancelledError from None
+    def forget(self, call: Call) -> None:
+        self._calls.discard(call)
 
 
 async def _awaited(awaitable: Awaitable[T]) -> T:

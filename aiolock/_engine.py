@@ -1024,7 +1024,7 @@ class Engine:
 
         def eligible(call: Call) -> bool:
             return (
-                call.task is not None
+                (call.task is not None or self._ids.is_thread(call.holder))
                 and call.holder != holder
                 and not self._order.busy((p.key, call.holder))
             )

@@ -19,6 +19,7 @@ from redis import Redis
 
 import aiolock
 import aiolock.sync
+from aiolock._keys import lock_channel
 
 from .helpers import wait_until as until
 
@@ -342,4 +343,46 @@ def test_sigint_while_waiting_leaves_nothing(
         finally:
             child.kill()  # whatever failed, the with block's wait ends
     lock.unlock()
+    assert not lock.is_locked()
+
+
+def test_a_release_hands_the_lock_to_a_waiting_thread(
+    sync_client: aiolock.sync.Client, redis_url: str, name: str
+) -> None:
+    """Threads of one client take turns as tasks do: the release hands the lock to the
+    parked thread (one round trip, nothing published), so contention costs no herd."""
+    lock = sync_client.lock(name)
+    lock.lock()
+    got = threading.Event()
+    done = threading.Event()
+
+    def waiter() -> None:
+        lock.lock()
+        got.set()
+        done.wait(LIMIT)
+        lock.unlock()
+
+    thread = threading.Thread(target=waiter)
+    thread.start()
+    with Redis.from_url(redis_url) as redis:
+
+        def publishes() -> int:
+            stats: dict[str, Any] = redis.info("commandstats")
+            return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+        # Parked in its wait (its attempt answered), not only registered.
+        waiting = sync_client._rt.async_client._waiting
+        wait_until(
+            lambda: any(w.parked is not None for w in waiting.waiters(lock_channel(name))),
+            "the thread is parked",
+        )
+        before = publishes()
+        lock.unlock()
+        try:
+            assert got.wait(LIMIT)
+            assert publishes() == before
+            assert list(redis.hgetall(name).values()) == [b"1"]
+        finally:
+            done.set()
+            thread.join(LIMIT)
     assert not lock.is_locked()

@@ -34,14 +34,16 @@ from typing import Any, TypeVar
 
 from .._affinity import PROCESS
 from .._exceptions import ClientClosedError
+from .._holders import THREAD_OWNER_PREFIX
 
 __all__ = ("Call", "Portal", "portal", "thread_owner")
 
 T = TypeVar("T")
 
 # Holder ids of threads: ``{client.id}:owner:{THREAD_PREFIX}{n}``, owner-form (so never a
-# task's id) with a per-process counter (threads' idents are reused, these are not).
-THREAD_PREFIX = "aiolock-thread:"
+# task's id) with a per-process counter (threads' idents are reused, these are not). The
+# engine knows the prefix: a thread makes one call at a time, so it may be handed a lock.
+THREAD_PREFIX = THREAD_OWNER_PREFIX
 _numbers = itertools.count(1)
 _local = threading.local()
 

@@ -12,7 +12,8 @@ import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, assert_type
 
 import pytest
 from redis import Redis
@@ -386,3 +387,32 @@ def test_a_release_hands_the_lock_to_a_waiting_thread(
             done.set()
             thread.join(LIMIT)
     assert not lock.is_locked()
+
+
+def test_types_as_a_user_sees_them(sync_client: aiolock.sync.Client, name: str) -> None:
+    """What the blocking API returns, checked by mypy --strict (assert_type) and at run time."""
+    lock = sync_client.lock(name)
+    assert_type(lock, aiolock.sync.Lock)
+    assert assert_type(lock.try_lock(0), bool)
+    assert assert_type(lock.hold_count(), int) == 1
+    assert assert_type(lock.is_held_by_current_thread(), bool)
+    assert assert_type(lock.remaining_lease(), float | None) is not None
+    assert assert_type(lock.statistics(), aiolock.LockStatistics).held_by_current_task
+    lock.unlock()
+    fenced = sync_client.fenced_lock(name)
+    with assert_type(fenced.guarded(wait=1), AbstractContextManager[aiolock.sync.Hold]) as hold:
+        assert isinstance(assert_type(hold.token, int | None), int)
+        assert not assert_type(hold.lost, bool)
+    with assert_type(lock.acquired(wait=1), AbstractContextManager[aiolock.sync.Lock]) as held:
+        assert held is lock
+    with sync_client.read_write_lock(name).write_lock() as write:
+        assert_type(write, aiolock.sync.WriteLock)
+
+    @sync_client.locked("{key}", kind="fair_lock")
+    def work(key: str) -> int:
+        return len(key)
+
+    assert assert_type(work(name), int) == len(name)
+    semaphore = sync_client.semaphore(f"{name}:s")
+    assert assert_type(semaphore.try_set_permits(1), bool)
+    assert assert_type(semaphore.delete(), bool)

@@ -23,6 +23,7 @@ import aiolock.sync
 from aiolock._keys import lock_channel
 
 from .helpers import wait_until as until
+from .test_lock import JAVA_ACQUIRE, JAVA_UNLOCK
 
 # Safety net only: every wait below ends on an event or on Redis state.
 LIMIT = 10.0
@@ -416,3 +417,44 @@ def test_types_as_a_user_sees_them(sync_client: aiolock.sync.Client, name: str) 
     semaphore = sync_client.semaphore(f"{name}:s")
     assert assert_type(semaphore.try_set_permits(1), bool)
     assert assert_type(semaphore.delete(), bool)
+
+
+def test_java_interop_both_ways(
+    sync_client: aiolock.sync.Client, redis_url: str, name: str
+) -> None:
+    """Redisson's own RLock scripts (the Java side) and a sync thread on one name: each
+    excludes the other, and each one's release wakes the other's waiter within 1 s."""
+    java = "6f1c1a0e-5d2b-4c1e-9a57-0b8a8b7c2d10:57"  # a Java client's id and thread id
+    channel = f"redisson_lock__channel:{{{name}}}"
+    lock = sync_client.lock(name)
+    with Redis.from_url(redis_url) as redis, redis.pubsub() as listen:
+        # Java holds: the sync waiter waits, then wakes at Java's release (its publish).
+        assert redis.eval(JAVA_ACQUIRE, 1, name, 30_000, java) is None
+        assert not lock.try_lock(0)
+        woke: list[float] = []
+
+        def waiter() -> None:
+            with lock:
+                woke.append(time.monotonic())
+
+        thread = threading.Thread(target=waiter)
+        thread.start()
+        wait_until(lambda: lock.statistics().tasks_waiting == 1, "the thread waits")
+        released = time.monotonic()
+        assert redis.eval(JAVA_UNLOCK, 2, name, channel, "0", 30_000, java) == 1
+        thread.join(LIMIT)
+        assert woke
+        assert woke[0] - released < 1.0
+        # The sync thread holds: Java is shut out, and the sync release publishes the
+        # message a Java waiter (subscribed to the channel) wakes on.
+        listen.subscribe(channel)
+        assert listen.get_message(timeout=LIMIT) is not None  # the confirmation
+        lock.lock()
+        assert isinstance(redis.eval(JAVA_ACQUIRE, 1, name, 30_000, java), int)  # its pttl
+        released = time.monotonic()
+        lock.unlock()
+        message = listen.get_message(ignore_subscribe_messages=True, timeout=1.0)
+        assert message is not None
+        assert time.monotonic() - released < 1.0
+        assert redis.eval(JAVA_ACQUIRE, 1, name, 30_000, java) is None  # Java gets it now
+        assert redis.eval(JAVA_UNLOCK, 2, name, channel, "0", 30_000, java) == 1

@@ -3,8 +3,10 @@
 Why the stdlib and not anyio's blocking portal: the project's only runtime dependency is
 redis[hiredis], and a sync API that needed an extra would surprise the Django, Flask and
 Celery users it is for. Nothing anyio's portal does is missing here: ``call_soon_threadsafe``
-starts a task in the loop thread and a ``concurrent.futures.Future`` carries its outcome
-back. The part a portal does not do had to be written anyway: when the waiting thread is
+starts a task in the loop thread, and the task's last step stores its outcome and releases
+a bare lock the calling thread blocks on (:class:`Call`: one hand-off each way, cheaper
+than a ``concurrent.futures.Future``). The part a portal does not do had to be written
+anyway: when the waiting thread is
 interrupted (KeyboardInterrupt from Ctrl-C, a Celery soft time limit, any exception a
 signal handler raises) anyio's portal, like ``run_coroutine_threadsafe``, marks its future
 cancelled and returns at once, while the task may still be acquiring in the loop. Here the

@@ -84,7 +84,7 @@ async def test_partition_outlasting_the_wait_ends_the_call_and_leaves_nothing(
     holder = make_client().lock(name)
     await holder.lock()
     waiting = sync_via_proxy.lock(name)
-    call = asyncio.create_task(asyncio.to_thread(waiting.try_lock, 1.0))
+    call = asyncio.create_task(asyncio.to_thread(waiting.try_lock, 0.3))
     await wait_until(lambda: waiting.statistics().tasks_waiting == 1, what="the thread waits")
     started = time.monotonic()
     proxy.cut()

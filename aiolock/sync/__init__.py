@@ -12,7 +12,7 @@ loop, because a MultiLock or RedLock over handles of several clients (a RedLock'
 are on independent servers) runs as one task, which needs all its members in one loop. It
 starts with the first call and stops when the last client is closed.
 
-Cost: each blocking call is one hand-off to that thread and back (about 20-30 µs of CPU on
+Cost: each blocking call is one hand-off to that thread and back (about 30 µs of CPU on
 top of the async call, measured on a loaded 2-core machine), so a lock+unlock pair costs the
 async pair plus two hand-offs.
 """

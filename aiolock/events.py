@@ -59,6 +59,7 @@ KINDS: tuple[Kind, ...] = get_args(Kind)
 
 #: The semaphores, whose acquire calls emit the acquire events (not Released nor Lost).
 SemaphoreKind: TypeAlias = Literal["semaphore", "permit_expirable_semaphore"]
+#: Every :data:`SemaphoreKind` (read off the literal).
 SEMAPHORE_KINDS: tuple[SemaphoreKind, ...] = get_args(SemaphoreKind)
 #: The kind of an acquire event.
 AcquireKind: TypeAlias = Kind | SemaphoreKind

@@ -469,6 +469,81 @@ class PythonRedisLock(SyncAdapter):
         self.client.close()
 
 
+# --------------------------------------------------------------------------- sync peers
+
+
+class _SyncHandleWorker(SyncWorker):
+    """One handle per name, made by ``make``; ``acquire``/``release`` in the calling thread."""
+
+    def __init__(
+        self,
+        warm_name: str,
+        make: Callable[[str], Any],
+        acquire: Callable[[Any], object],
+        release: Callable[[Any], object],
+    ) -> None:
+        super().__init__(warm_name)
+        self._make = make
+        self._acquire = acquire
+        self._release = release
+        self._handles: dict[str, Any] = {}
+
+    def acquire(self, name: str) -> None:
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = self._handles[name] = self._make(name)
+        if self._acquire(handle) is False:
+            raise RuntimeError(f"{type(handle).__name__}: acquire returned False without a timeout")
+
+    def release(self, name: str) -> None:
+        self._release(self._handles[name])
+
+
+class AiolockSync(SyncAdapter):
+    key = "aiolock-sync"
+    label = "aiolock.sync Lock (1 thread/task)"
+    note = "the async client run in one loop thread per process; holders are the threads"
+
+    @classmethod
+    def check(cls) -> str | None:
+        return _import_reason("aiolock.sync")
+
+    def setup(self) -> None:
+        self.client: Any = importlib.import_module("aiolock.sync").Client.from_url(self.url)
+
+    def worker(self, index: int, total: int) -> SyncWorker:
+        # One handle per thread and name, as a view function would make it.
+        return _SyncHandleWorker(
+            f"{self.tag}:warm:{index}",
+            self.client.lock,
+            lambda handle: handle.lock(),
+            lambda handle: handle.unlock(),
+        )
+
+    def teardown(self) -> None:
+        self.client.close()
+
+
+class RedisPySync(SyncAdapter):
+    key = "redis-py-sync"
+    label = "redis-py Lock (sync, sleep=0.1, 1 thread/task)"
+    note = "polls with SET NX every `sleep` s (library default 0.1)"
+
+    def setup(self) -> None:
+        self.client = redis.Redis.from_url(self.url)
+
+    def worker(self, index: int, total: int) -> SyncWorker:
+        return _SyncHandleWorker(
+            f"{self.tag}:warm:{index}",
+            lambda name: self.client.lock(name, timeout=LEASE_S, blocking_timeout=None),
+            lambda lock: lock.acquire(),
+            lambda lock: lock.release(),
+        )
+
+    def teardown(self) -> None:
+        self.client.close()
+
+
 # --------------------------------------------------------------------------- baselines
 
 _SET_SCRIPT = "redis.call('set', KEYS[1], ARGV[1], 'px', 30000) return 1"
@@ -600,6 +675,8 @@ ADAPTERS: dict[str, type[AsyncAdapter] | type[SyncAdapter]] = {
         Pottery,
         Aioredlock,
         PythonRedisLock,
+        AiolockSync,
+        RedisPySync,
         Floor,
         TokenRing,
         AiolockCluster,

@@ -319,6 +319,16 @@ _TARGETS: tuple[tuple[str, str, str, str, str, str | None, bool, float], ...] = 
      "pairs_per_s", "aiolock", "aiolock-baseline", True, 0.0),
     ("uncontended pairs/s ÷ baseline, 32 tasks", "uncontended", "32 tasks",
      "pairs_per_s", "aiolock", "aiolock-baseline", True, 0.0),
+    ("sync: uncontended pairs/s ÷ python-redis-lock, 1 thread", "uncontended", "1 task",
+     "pairs_per_s", "aiolock-sync", "python-redis-lock", True, 1.0),
+    ("sync: N=16 acquisitions/s ÷ python-redis-lock, 16 threads", "contended", "N=16",
+     "acq_per_s", "aiolock-sync", "python-redis-lock", True, 1.0),
+    ("sync: 4x8 acquisitions/s ÷ python-redis-lock, 4 processes x 8 threads", "contended",
+     "4x8", "acq_per_s", "aiolock-sync", "python-redis-lock", True, 1.0),
+    ("sync: uncontended pairs/s ÷ redis-py Lock, 1 thread", "uncontended", "1 task",
+     "pairs_per_s", "aiolock-sync", "redis-py-sync", True, 0.0),
+    ("sync: N=16 acquisitions/s ÷ redis-py Lock, 16 threads", "contended", "N=16",
+     "acq_per_s", "aiolock-sync", "redis-py-sync", True, 0.0),
 )  # fmt: skip
 
 

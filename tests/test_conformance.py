@@ -8,17 +8,20 @@ holder to be shut out skip it by not being parametrized with it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, cast
 
 import pytest
+from redis.asyncio import Redis
 
 import aiolock
+import aiolock.sync
 
 from .helpers import wait_until
+from .syncview import SyncView, TaskThreads, composite
 
 T = TypeVar("T")
 ClientFactory = Callable[..., aiolock.Client]
@@ -88,19 +91,47 @@ LOCK_FACTORIES: list[LockKind] = [
     ),
     LockKind(
         "MultiLock",
-        lambda client, name, **kw: aiolock.MultiLock(
-            client.lock(name, **kw), client.fair_lock(f"{name}:b", **kw)
+        lambda client, name, **kw: composite(
+            aiolock.MultiLock, client.lock(name, **kw), client.fair_lock(f"{name}:b", **kw)
         ),
         composite=True,
     ),
     LockKind(
         "RedLock",
-        lambda client, name, **kw: aiolock.RedLock(
-            *(client.lock(f"{name}:{i}", **kw) for i in range(3))
+        lambda client, name, **kw: composite(
+            aiolock.RedLock, *(client.lock(f"{name}:{i}", **kw) for i in range(3))
         ),
         composite=True,
     ),
 ]
+
+
+@pytest.fixture(name="make_client", params=["async", "sync"])
+async def _make_client(
+    redis_url: str, raw: Redis, request: pytest.FixtureRequest
+) -> AsyncIterator[ClientFactory]:
+    """Clients (each stands for one process): async ones, and aiolock.sync ones seen through
+    the async interface (each task of a test its own thread: see syncview.py); all are
+    closed before the leak check (``raw``'s)."""
+    clients: list[aiolock.Client] = []
+    sync_clients: list[aiolock.sync.Client] = []
+    threads = TaskThreads()
+
+    def make(**options: Any) -> aiolock.Client:
+        if request.param == "async":
+            client = aiolock.Client.from_url(redis_url, **options)
+            clients.append(client)
+            return client
+        sync_client = aiolock.sync.Client.from_url(redis_url, **options)
+        sync_clients.append(sync_client)
+        return cast(aiolock.Client, SyncView(sync_client, threads))  # the same interface
+
+    yield make
+    for client in clients:
+        await client.aclose()
+    for sync_client in sync_clients:
+        await asyncio.to_thread(sync_client.close)
+    threads.close()
 
 
 def kinds(*, exclusive: bool = False, reentrant: bool = False) -> list[Any]:

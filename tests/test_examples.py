@@ -10,7 +10,8 @@ import asyncio
 import contextlib
 import importlib.util
 import sys
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,9 +19,11 @@ from typing import Any
 import httpx
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 import aiolock
+import aiolock.sync
 
 from .conftest import ClientFactory
 from .helpers import wait_until
@@ -166,3 +169,60 @@ async def test_aiohttp_quickstart(redis_url: str, monkeypatch: pytest.MonkeyPatc
     async with TestClient(TestServer(app)) as http:
         response = await http.post("/reports/daily")
         assert (response.status, await response.json()) == (200, {"built": "daily"})
+
+
+# --------------------------------------------------------------------------- aiolock.sync
+
+
+@pytest.fixture
+def sync_client(redis_url: str, uid: str) -> Iterator[aiolock.sync.Client]:
+    """A sync client whose keys carry the test's uid; nothing of it may remain."""
+    with aiolock.sync.Client.from_url(redis_url, key_prefix=f"{uid}:") as client:
+        yield client
+    with SyncRedis.from_url(redis_url) as redis:
+        # A fenced lock's token counter outlives the lock by design.
+        redis.delete(*redis.keys(f"redisson_lock_token:*{uid}*") or ["-"])
+        assert redis.keys(f"*{uid}*") == []
+
+
+def test_sync_flask_pay_one_at_a_time(sync_client: aiolock.sync.Client, uid: str) -> None:
+    """Request threads paying one order take turns, each with a newer fencing token."""
+    flask_example = example("sync_flask")
+    ledger = flask_example.Ledger()
+    answers: list[dict[str, int]] = []
+    threads = [
+        threading.Thread(
+            target=lambda a=amount: answers.append(flask_example.pay(sync_client, ledger, 7, a))
+        )
+        for amount in (5, 6, 7)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert sorted(a["payments"] for a in answers) == [1, 2, 3]
+    tokens = [token for token, _ in ledger.payments[7]]
+    assert tokens == sorted(set(tokens))  # every write under a newer token than the last
+    assert sorted(amount for _, amount in ledger.payments[7]) == [5, 6, 7]
+
+
+def test_sync_celery_builds_once(sync_client: aiolock.sync.Client, redis_url: str) -> None:
+    """A second run of the task while the first builds skips; after it, it builds."""
+    celery_example = example("sync_celery")
+    store: dict[str, list[str]] = {}
+    skipped: list[bool] = []
+
+    def second_run(section: int) -> None:
+        if section == 1:  # mid-build: another worker (thread) runs the same task now
+            other = threading.Thread(
+                target=lambda: skipped.append(
+                    not celery_example.build_report(sync_client, "d1", {})
+                )
+            )
+            other.start()
+            other.join(10)
+
+    assert celery_example.build_report(sync_client, "d1", store, on_section=second_run)
+    assert skipped == [True]
+    assert store == {"d1": ["d1 section 0", "d1 section 1", "d1 section 2"]}
+    assert celery_example.build_report(sync_client, "d1", store)  # free again

@@ -117,6 +117,10 @@ class Core:
         """Refuse new calls from now on; the client then winds down what runs."""
         self.closed = True
 
+    def is_thread(self, holder: str) -> bool:
+        """Whether ``holder`` is a thread of aiolock.sync: one call at a time, as a task."""
+        return self._ids.is_thread(holder)
+
     def holder(
         self, owner: str | None, task: asyncio.Task[Any] | None = None
     ) -> tuple[str, asyncio.Task[Any] | None]:

@@ -10,13 +10,14 @@ anywhere. The lock is never free in between, so the state stays Redisson's.
 
 Rules, all here as plain sync methods:
 
-- **Who**: the oldest parked waiter of a task (not ``owner=``, whose holder may have other
-  calls under way), exclusive, not woken, whose holder has no call or background
-  completion under way on this lock (a pending rollback of its earlier attempt could
-  otherwise undo the hold it is handed), and only if its primitive takes a hand-over
-  from the releaser's (``Primitive.takes_hand_over``). Kinds share a hash and channel
-  (Lock, FencedLock, SpinLock): a fenced acquisition takes a token, which no release
-  script does, so a fenced waiter is never an heir; nor is any call asking for a token.
+- **Who**: the oldest parked waiter of a task or of an aiolock.sync thread (not another
+  ``owner=``, whose holder may have other calls under way), exclusive, not woken, whose
+  holder has no call or background completion under way on this lock (a pending
+  rollback of its earlier attempt could otherwise undo the hold it is handed), and only
+  if its primitive takes a hand-over from the releaser's (``Primitive.takes_hand_over``).
+  Kinds share a hash and channel (Lock, FencedLock, SpinLock): a fenced acquisition
+  takes a token, which no release script does, so a fenced waiter is never an heir; nor
+  is any call asking for a token.
 - **How often**: at most ``IN_A_ROW`` hand-overs on one lock, then a release publishes as
   usual, so that waiters of other clients (other processes, Redisson) get their turn: a
   client cannot keep a contended lock among its own tasks for ever.

@@ -16,7 +16,14 @@ from collections.abc import Iterator
 from contextvars import ContextVar
 from typing import Any
 
-__all__ = ("HolderIds", "asking_for")
+__all__ = ("THREAD_OWNER_PREFIX", "HolderIds", "asking_for")
+
+#: The ``owner=`` of a thread of ``aiolock.sync`` starts with this (a sync handle refuses
+#: it as a user's ``owner=``).
+#: Such a holder makes one call at a time (its thread blocks on each), as a task does, so
+#: a release may hand it the lock (_handover.py); other ``owner=`` holders may have calls
+#: under way in several tasks, and never are heirs.
+THREAD_OWNER_PREFIX = "aiolock-thread:"
 
 # The task whose holds a helper task asks about: a MultiLock or RedLock asks its members
 # at once, each in a task of its own, whether the task that called it holds them. A weak
@@ -43,11 +50,12 @@ def asking_for(task: asyncio.Task[Any]) -> Iterator[None]:
 class HolderIds:
     """Assigns holder ids to tasks for one client."""
 
-    __slots__ = ("_counter", "_ids", "client_id")
+    __slots__ = ("_counter", "_ids", "_threads", "client_id")
 
     def __init__(self, client_id: str) -> None:
         #: The client's id, the first part of every holder id it hands out.
         self.client_id = client_id
+        self._threads = self.owner(THREAD_OWNER_PREFIX)
         self._counter = itertools.count(1)
         self._ids: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
 
@@ -80,3 +88,7 @@ class HolderIds:
     def owner(self, owner: str) -> str:
         """The holder id of an explicit ``owner=``: never equal to a task's (API.md)."""
         return f"{self.client_id}:owner:{owner}"
+
+    def is_thread(self, holder: str) -> bool:
+        """Whether ``holder`` is a thread of aiolock.sync (one call at a time)."""
+        return holder.startswith(self._threads)

@@ -251,7 +251,7 @@ class Releases(Part):
 
         def eligible(call: Call) -> bool:
             return (
-                call.task is not None
+                (call.task is not None or self._core.is_thread(call.holder))
                 and call.holder != holder
                 and not self._s.order.busy((p.key, call.holder))
             )

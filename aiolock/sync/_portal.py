@@ -1,0 +1,311 @@
+"""The event-loop thread the synchronous API runs the async client in, and its calls.
+
+Why the stdlib and not anyio's blocking portal: the project's only runtime dependency is
+redis[hiredis], and a sync API that needed an extra would surprise the Django, Flask and
+Celery users it is for. Nothing anyio's portal does is missing here: ``call_soon_threadsafe``
+starts a task in the loop thread, and the task's last step stores its outcome and releases
+a bare lock the calling thread blocks on (:class:`Call`: one hand-off each way, cheaper
+than a ``concurrent.futures.Future``). The part a portal does not do had to be written
+anyway: when the waiting thread is
+interrupted (KeyboardInterrupt from Ctrl-C, a Celery soft time limit, any exception a
+signal handler raises) anyio's portal, like ``run_coroutine_threadsafe``, marks its future
+cancelled and returns at once, while the task may still be acquiring in the loop. Here the
+task is cancelled and its end waited for before the interruption is re-raised, and a call
+that had already succeeded (an acquire) is undone: nothing is left behind.
+
+ONE loop thread per process serves every sync client of the process (each client has its
+own async client, connections and renewal in it): a MultiLock or RedLock over handles of
+several clients (a RedLock's members are on independent servers) runs in one task, which
+needs every member's async client in one loop. The thread starts with the first call of a
+client and stops when the last client using it is closed; it is a daemon, so an
+interpreter exit never waits for it. A forked child gets a loop thread of its own for the
+clients it uses first; those its parent used refuse (``RuntimeError``), as the async
+client does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import os
+import threading
+from _thread import allocate_lock as _allocate_lock
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
+
+from .._engine.affinity import PROCESS
+from .._engine.holders import THREAD_OWNER_PREFIX
+from .._exceptions import ClientClosedError
+
+__all__ = ("Call", "Portal", "portal", "thread_owner")
+
+T = TypeVar("T")
+
+# Holder ids of threads: ``{client.id}:owner:{THREAD_PREFIX}{n}``, owner-form (so never a
+# task's id) with a per-process counter (threads' idents are reused, these are not). The
+# engine knows the prefix: a thread makes one call at a time, so it may be handed a lock.
+THREAD_PREFIX = THREAD_OWNER_PREFIX
+_numbers = itertools.count(1)
+_local = threading.local()
+
+
+def thread_owner() -> str:
+    """The calling thread's ``owner=`` as a holder: a new one for each thread."""
+    owner: str | None = getattr(_local, "owner", None)
+    if owner is None or getattr(_local, "forks", None) != PROCESS.forks:
+        # A forked child's copy of this thread is another holder than the parent's.
+        owner = _local.owner = f"{THREAD_PREFIX}{os.getpid()}-{next(_numbers)}"
+        _local.forks = PROCESS.forks
+    return owner
+
+
+class Call:
+    """One call running as a task in the loop thread, seen from the thread that made it.
+
+    Why not ``run_coroutine_threadsafe``: it costs a Task, a ``concurrent.futures.Future``
+    (a Condition, whose wait allocates a lock), a done callback that runs one loop
+    iteration after the task ends and a second callback copying the outcome across. Here
+    the task runs :func:`_drive`, which stores the outcome and releases ``_lock`` (a bare
+    ``_thread`` lock the caller blocks on) in the task's own last step: one hand-off each way.
+    """
+
+    __slots__ = ("_cancelled", "_coro", "_listener", "_lock", "_loop", "_task", "error", "value")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
+        self._loop = loop
+        self._coro: Coroutine[Any, Any, Any] | None = coro
+        self._task: asyncio.Task[None] | None = None
+        self._cancelled = False
+        self._listener: Callable[[], object] | None = None
+        self.value: Any = None
+        #: The call's exception (CancelledError if it was cancelled); None if it returned.
+        self.error: BaseException | None = None
+        self._lock = _allocate_lock()
+        self._lock.acquire()  # held until the call has ended: released by the loop thread
+
+    def schedule(self) -> None:
+        self._loop.call_soon_threadsafe(self._start)
+
+    # -- in the loop thread ---------------------------------------------------------------
+
+    def _start(self) -> None:
+        coro = self._coro
+        if coro is None:
+            return  # ended already (failed when the loop stopped)
+        if self._cancelled:
+            self._end(None, asyncio.CancelledError())  # cancelled before it began
+            return
+        self._task = self._loop.create_task(_drive(self, coro))
+
+    def _end(self, value: Any, error: BaseException | None) -> None:
+        """Record the outcome and wake the caller (once; always in the loop thread)."""
+        coro = self._coro
+        if coro is None:
+            return
+        self.value = value
+        self.error = error
+        self._coro = None  # after the outcome: a caller that sees done() reads it whole
+        coro.close()  # a no-op once it ran; one that never started is not warned about
+        listener = self._listener
+        self._lock.release()
+        if listener is not None:
+            listener()
+
+    def _cancel_task(self) -> None:
+        task = self._task
+        if task is not None and task.cancel():
+            # A task cancelled before its first step never runs _drive's body: end it here.
+            task.add_done_callback(lambda _: self._end(None, asyncio.CancelledError()))
+
+    def on_end(self, listener: Callable[[], object]) -> None:
+        """Call ``listener()`` in the loop thread when the call ends (set before it starts)."""
+        self._listener = listener
+
+    # -- in the calling thread ------------------------------------------------------------
+
+    def done(self) -> bool:
+        return self._coro is None
+
+    def wait(self) -> None:
+        """Block until the call has ended (interruptible: KeyboardInterrupt gets through)."""
+        lock = self._lock
+        lock.acquire()
+        lock.release()  # stays released: done() and later waits return at once
+
+    def result(self) -> Any:
+        """The call's value, or its exception raised (once it has ended)."""
+        error = self.error
+        if error is not None:
+            raise error
+        return self.value
+
+    def interrupt(self) -> None:
+        """Cancel the call and wait until it has ended (its rollbacks begun).
+
+        A second interruption while waiting (a second Ctrl-C) stops the wait at once.
+        """
+        self._cancelled = True
+        try:
+            self._loop.call_soon_threadsafe(self._cancel_task)
+        except RuntimeError:
+            return  # the loop is gone, and the call with it
+        self.wait()
+
+    def fail(self, exc: BaseException) -> None:
+        """End a call the loop will never run (it stopped); in the loop thread."""
+        self._end(None, exc)
+
+
+async def _drive(call: Call, coro: Coroutine[Any, Any, Any]) -> None:
+    """The task of one call: run it, then hand its outcome to the waiting thread."""
+    try:
+        value = await coro
+    except BaseException as exc:  # CancelledError too: the caller raises it, not the loop
+        call._end(None, exc)
+    else:
+        call._end(value, None)
+
+
+class Portal:
+    """The loop thread of one process, shared by the sync clients that use it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._users = 0
+        self._calls: set[Call] = set()
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self.forks = PROCESS.forks
+        self.thread = threading.Thread(target=self._main, name="aiolock-sync-loop", daemon=True)
+        self.thread.start()
+        self._ready.wait()
+
+    def _main(self) -> None:
+        loop = self.loop
+        asyncio.set_event_loop(loop)
+        loop.call_soon(self._ready.set)
+        try:
+            loop.run_forever()
+            # As asyncio.run() ends: what is left is cancelled and allowed to finish.
+            tasks = asyncio.all_tasks(loop)
+            for task in tasks:
+                task.cancel()
+            if tasks:
+                loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            with self._lock:
+                calls, self._calls = self._calls, set()
+            for call in calls:
+                call.fail(ClientClosedError("the aiolock client"))
+            loop.close()
+
+    def attach(self) -> bool:
+        """One more client uses this loop; False if it is stopping (use a new portal)."""
+        with self._lock:
+            if self._users < 0:
+                return False
+            self._users += 1
+            return True
+
+    def detach(self) -> None:
+        """A client is done with the loop; the last one stops it and waits for its end."""
+        with self._lock:
+            self._users -= 1
+            last = self._users == 0
+            if last:
+                self._users = -1  # stopping: attach() refuses from now on
+        if last:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            if threading.current_thread() is not self.thread:
+                self.thread.join()
+
+    @property
+    def in_loop_thread(self) -> bool:
+        return threading.current_thread() is self.thread
+
+    def run(
+        self,
+        coro: Coroutine[Any, Any, T],
+        undo: Callable[[T], Awaitable[object]] | None = None,
+    ) -> T:
+        """Run ``coro`` in the loop; block this thread for its result.
+
+        An exception raised in this thread meanwhile (KeyboardInterrupt, a time limit's)
+        cancels the task, waits for its end and, if it had succeeded all the same, runs
+        ``undo(result)`` (releasing what it acquired), then propagates.
+        """
+        call = self.start(coro)
+        try:
+            call.wait()
+        except BaseException:
+            if not call.done():
+                call.interrupt()
+            if undo is not None and call.done() and call.error is None:
+                self.run(_awaited(undo(call.value)))
+            raise
+        finally:
+            self._calls.discard(call)
+        error = call.error
+        if error is not None:
+            raise error
+        result: T = call.value
+        return result
+
+    def start(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        ended: concurrent.futures.Future[Any] | None = None,
+    ) -> Call:
+        """Schedule ``coro`` as a call; the caller waits on it and then forgets it.
+
+        ``ended``: a future set to None when the call ends, if nothing set it before.
+        """
+        if threading.current_thread() is self.thread:
+            coro.close()
+            raise RuntimeError(
+                "a blocking aiolock.sync call was made in the sync client's own event-loop "
+                "thread (from an event listener?): it would wait for itself for ever. Use "
+                "the async client there, or hand the call to another thread"
+            )
+        call = Call(self.loop, coro)
+        if ended is not None:
+
+            def end() -> None:
+                if not ended.done():
+                    ended.set_result(None)
+
+            call.on_end(end)
+        with self._lock:
+            if self._users < 0:
+                coro.close()
+                raise ClientClosedError("the aiolock client")
+            # Listed before it is scheduled: a loop that stops fails what it never ran.
+            self._calls.add(call)
+            call.schedule()
+        return call
+
+    def forget(self, call: Call) -> None:
+        self._calls.discard(call)
+
+
+async def _awaited(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+_portal: Portal | None = None
+_portal_lock = threading.Lock()
+
+
+def portal() -> Portal:
+    """The process's loop thread, attached for one more client (started if need be)."""
+    global _portal  # noqa: PLW0603 - one loop thread per process
+    with _portal_lock:
+        current = _portal
+        if current is None or current.forks != PROCESS.forks or not current.attach():
+            # None yet, the parent's (its thread does not exist in a forked child), or
+            # stopping: a new one.
+            current = _portal = Portal()
+            current.attach()
+        return current

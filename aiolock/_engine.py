@@ -189,7 +189,7 @@ class Engine:
         if owner is not None:
             return self._ids.owner(owner), None
         if task is not None:
-            return self._ids.of(task), task
+            return self._ids.of_calling(task)
         return self._ids.current()
 
     def believed(self, p: Primitive, owner: str | None) -> int:

@@ -1,14 +1,17 @@
 """Locks over several locks: the MultiLock (all of them) and the RedLock (a majority).
 
 Client-side only, as in Redisson: each member keeps its own keys, channel, waiters and
-watchdog, and nothing of the composite is stored. The members are taken one after
-another, in the calling task (a lock belongs to the task that took it), in an order every
-process agrees on (by name and lock type, then as given), so two composites over the same
-locks never wait for each other in a circle (Redisson takes them as listed: its issues
-#1160 and #467). What Redisson gets wrong and these do not: a failed or cancelled attempt
-gives back every member it took, an unlock tries every member even when one fails (the
-sync MultiLock unlock stops at the first failure), and a lease is used as given, never
-converted again on each retry (Redisson's MultiLock multiplies it by 1000 per cycle).
+watchdog, and nothing of the composite is stored. The members are asked at once, each in
+a task of its own that takes it for the calling task (a lock belongs to the task that took
+it: ``asking_for``), so that members on servers far apart cost one round trip, not one
+each (Redisson takes them one after another). A MultiLock waits for a member only in an
+order every process agrees on (by name and lock type, then as given), holding none after
+it, so two composites over the same locks never wait for each other in a circle (Redisson
+takes them as listed: its issues #1160 and #467). What Redisson gets wrong and these do
+not: a failed or cancelled attempt gives back every member it took, an unlock tries every
+member even when one fails (the sync MultiLock unlock stops at the first failure), and a
+lease is used as given, never converted again on each retry (Redisson's MultiLock
+multiplies it by 1000 per cycle).
 """
 
 from __future__ import annotations
@@ -54,10 +57,10 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class _Left:
-    """The time left while taking one member.
+    """The time left while taking the members.
 
-    Of the wait and of the validity (None: no bound), and how many members are still to
-    try, this one included.
+    Of the wait and of the validity (None: no bound), and how many members share it (a
+    RedLock member waits for its lock a share of the time, as Redisson's does).
     """
 
     wait: float | None
@@ -125,29 +128,10 @@ class _Composite(Acquirable):
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         budget = self._budget(lease)
-        allowed = len(self._members) - self._quorum
         first = True
         while True:
             started = loop.time()
-            taken: list[LockHandle] = []
-            failed = 0
-            try:
-                for index, member in enumerate(self._members):
-                    now = loop.time()
-                    time_left = _Left(
-                        wait=None if deadline is None else max(0.0, deadline - now),
-                        valid=None if budget is None else max(0.0, budget - (now - started)),
-                        members=len(self._members) - index,
-                    )
-                    if await self._take(member, time_left, lease, first=first, timed=timed):
-                        taken.append(member)
-                        continue
-                    failed += 1
-                    if failed > allowed:
-                        break
-            except BaseException:
-                await _give_back(taken)
-                raise
+            taken = await self._round(deadline, budget, started, lease, first=first, timed=timed)
             if len(taken) >= self._quorum and self._valid(budget, loop.time() - started):
                 return True
             await _give_back(taken)
@@ -162,21 +146,158 @@ class _Composite(Acquirable):
                 pause = min(pause, left)
             await asyncio.sleep(pause)
 
+    def _left(self, deadline: float | None, budget: float | None, started: float) -> _Left:
+        """The time left now of the wait (to ``deadline``) and of the validity."""
+        now = asyncio.get_running_loop().time()
+        return _Left(
+            wait=None if deadline is None else max(0.0, deadline - now),
+            valid=None if budget is None else max(0.0, budget - (now - started)),
+            members=len(self._members),
+        )
+
+    async def _round(
+        self,
+        deadline: float | None,
+        budget: float | None,
+        started: float,
+        lease: float | None,
+        *,
+        first: bool,
+        timed: bool,
+    ) -> list[LockHandle]:
+        """One round of taking the members: those taken (on a failure or cancel: none).
+
+        On a member's error or a cancel, what was taken is given back and it is raised.
+
+        The MultiLock: every member tried at once without waiting for it, then, from the
+        first one not free (in the fixed order), one after another, waiting for each: a
+        task waits for a member only while it holds none after it, so two MultiLocks over
+        the same locks never wait for each other in a circle. The RedLock: every member
+        at once in every round (its rounds wait for each member a share of the time only).
+        """
+        members = self._members
+        if self._quorum < len(members):
+            # The RedLock: a round stops early once it cannot reach the quorum; once it
+            # has, after the first round (whose tries do not wait), the members still
+            # waiting for their locks are not waited for (their engines undo them).
+            allowed = len(members) - self._quorum
+            left = self._left(deadline, budget, started)
+            return await self._at_once(
+                members,
+                left,
+                lease,
+                first=first,
+                timed=timed,
+                enough=lambda taken, failed: (
+                    failed > allowed or (not first and taken >= self._quorum)
+                ),
+            )
+        # The MultiLock: all at once, without waiting (the usual case: one round trip).
+        left = self._left(deadline, budget, started)
+        done = await self._at_once(
+            members,
+            left,
+            lease,
+            first=True,
+            timed=timed,
+            enough=lambda taken, failed: False,
+        )
+        if len(done) == len(members) or left.wait == 0:
+            return done
+        # The members taken before the first one not free are kept; those after it are
+        # given back, so that this task holds none after a member it waits for.
+        kept = 0
+        while kept < len(members) and members[kept] in done:
+            kept += 1
+        taken = members[:kept]
+        await _give_back([m for m in done if m not in taken])
+        try:
+            for member in members[kept:]:
+                left = self._left(deadline, budget, started)
+                if not await self._take(member, left, lease, first=False, timed=timed):
+                    break
+                taken.append(member)
+        except BaseException:
+            await _give_back(taken)
+            raise
+        return taken
+
+    async def _at_once(
+        self,
+        members: list[LockHandle],
+        left: _Left,
+        lease: float | None,
+        *,
+        first: bool,
+        timed: bool,
+        enough: Callable[[int, int], bool],
+    ) -> list[LockHandle]:
+        """Take ``members`` at once for the calling task: those taken, in their order.
+
+        Each in a task of its own that takes it for the calling task (``asking_for``).
+
+        The tries still under way once ``enough(taken, failed)`` holds are cancelled:
+        their engines undo what they took. On a member's error or an outer cancel, every
+        try is cancelled and waited for, every member taken is given back, and the error
+        (the cancel first) is raised.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        with asking_for(task):
+            tries = [
+                asyncio.create_task(self._take(member, left, lease, first=first, timed=timed))
+                for member in members
+            ]
+        cancelled: asyncio.CancelledError | None = None
+        pending = set(tries)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(t.exception() is not None for t in done if not t.cancelled()):
+                    break
+                count = sum(1 for t in tries if _took(t))
+                if enough(count, sum(1 for t in tries if t.done()) - count):
+                    break
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+        for pending_try in pending:
+            pending_try.cancel()
+        # A try cancelled ends soon: its engine undoes what landed, or will once its
+        # server answers. Waited for even through another cancel, so that a member it
+        # took before the cancel reached it is known, and given back.
+        while True:
+            try:
+                await asyncio.wait(tries)
+                break
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        # Every try's error is read (one never read is logged when the task is collected).
+        errors = [t.exception() for t in tries if not t.cancelled()]
+        error = next((e for e in errors if e is not None), None)
+        taken = [member for member, t in zip(members, tries, strict=True) if _took(t)]
+        if cancelled is not None or error is not None:
+            await _give_back(taken)
+            raise cancelled if cancelled is not None else error  # type: ignore[misc]
+        return taken
+
     async def _take(
         self, member: LockHandle, left: _Left, lease: float | None, *, first: bool, timed: bool
     ) -> bool:
         """Take one member in the time ``left``; a connection error is raised (see RedLock).
 
-        ``first``: in the first round of taking the members. The member waits for the lock
-        as long as the wait has left; its call as a whole, round trips included, ends
-        shortly after that or when the validity runs out (a hung server cannot hold the
-        MultiLock past either), and a call cut off counts as not taken.
+        ``first``: a MultiLock's try of every member at once, which waits for no lock.
+        Else the member waits for the lock as long as the wait has left. Either way its
+        call as a whole, round trips included, ends shortly after the wait or when the
+        validity runs out (a hung server cannot hold the MultiLock past either), and a
+        call cut off counts as not taken.
         """
         bound = None if left.wait is None else left.wait + _MIN_CALL
         if left.valid is not None:
             valid = max(left.valid, _MIN_CALL)
             bound = valid if bound is None else min(bound, valid)
-        return await _within(bound, _try(member, left.wait, lease, timed=timed))
+        wait = 0.0 if first else left.wait
+        return await _within(bound, _try(member, wait, lease, timed=timed))
 
     def _budget(self, lease: float | None) -> float | None:
         """How long taking the members may last with ``lease`` (None: any time)."""
@@ -484,6 +605,11 @@ class RedLock(_Composite):
 async def _try(member: LockHandle, wait: float | None, lease: float | None, *, timed: bool) -> bool:
     """``member.try_lock(wait, lease)`` (checked already), timed for a guarded hold."""
     return await member._acquire(wait, lease, timed=timed)
+
+
+def _took(tried: asyncio.Task[bool]) -> bool:
+    """Whether the try ``tried`` has ended with its member taken."""
+    return tried.done() and not tried.cancelled() and tried.exception() is None and tried.result()
 
 
 def _answers(asking: list[asyncio.Task[T]]) -> list[T]:

@@ -21,7 +21,7 @@ from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
-from .helpers import FAST, cancel_at, quiesce
+from .helpers import FAST, cancel_at, quiesce, wait_until
 
 LIMIT = 10.0
 
@@ -98,25 +98,34 @@ async def test_unlock_tries_every_member(client: aiolock.Client, raw: Redis, nam
     assert await raw.exists(f"{name}:1", f"{name}:2") == 0
 
 
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
 async def test_a_cancelled_acquire_gives_back_what_it_took(
-    make_client: ClientFactory, raw: Redis, name: str
+    kind: Any, make_client: ClientFactory, raw: Redis, name: str
 ) -> None:
-    """Cancelled at every loop iteration while taking its members (the last one is taken
-    only once another client lets it go): CancelledError, and nothing kept, or all held."""
+    """Cancelled at every loop iteration while taking its members at once (a MultiLock's
+    last member, a RedLock's last two, are taken only once another client lets them go):
+    CancelledError, and nothing kept, or enough held (all; a majority)."""
     mine, other = make_client(), make_client()
     names = [f"{name}:{i}" for i in range(3)]
     # owner=: the test task releases what the acquiring task took.
-    multi = aiolock.MultiLock(*(mine.lock(n, owner="multi") for n in names))
-    blocker = other.lock(names[2], owner="blocker")
+    composite: aiolock.MultiLock | aiolock.RedLock = kind(
+        *(mine.lock(n, owner="multi") for n in names)
+    )
+    blocked = names[2:] if kind is aiolock.MultiLock else names[1:]
+    blockers = [other.lock(n, owner="blocker") for n in blocked]
     for k in range(400):
-        await blocker.lock()
+        for blocker in blockers:
+            await blocker.lock()
 
         async def take() -> bool:
-            letting_go = asyncio.create_task(blocker.unlock())
+            letting_go = [asyncio.create_task(blocker.unlock()) for blocker in blockers]
             try:
-                return await multi.try_lock(wait=LIMIT)
+                return await composite.try_lock(wait=LIMIT)
             finally:
-                await letting_go
+                # Each awaited in turn: done by now, they do not suspend (gather() would,
+                # and a cancel there would hide a completed acquire).
+                for unlocking in letting_go:
+                    await unlocking
 
         task = asyncio.create_task(take())
         cancel_at(task, k)
@@ -126,9 +135,11 @@ async def test_a_cancelled_acquire_gives_back_what_it_took(
             taken = False
         await quiesce(mine)
         held = await raw.exists(*names)
+        believed = sum(bool(m.statistics().hold_count) for m in composite._members)
+        assert held == believed, f"k={k}: {held} member(s) held, {believed} believed"
         if taken:
-            assert held == 3, f"k={k}"
-            await multi.unlock()
+            assert held >= (3 if kind is aiolock.MultiLock else 2), f"k={k}"
+            await composite.unlock()
             break
         assert held == 0, f"k={k}: {held} member(s) kept by a cancelled acquire"
     else:
@@ -306,6 +317,59 @@ async def test_a_members_lost_replies_count_once(
     assert drop.executed.is_set()
     await quiesce(proxied)
     assert await raw.exists(*(m.name for m in members)) == 0
+
+
+@pytest.mark.parametrize("cancel", [False, True], ids=["resent", "cancelled"])
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+async def test_members_are_taken_at_once_for_the_calling_task(
+    kind: Any,
+    cancel: bool,
+    *,
+    proxy: FaultProxy,
+    proxied: aiolock.Client,
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+) -> None:
+    """The members are asked at once: while the reply to one member's acquire is lost (its
+    client resends after its socket timeout), the members after it are taken already.
+    Then either the resend lands, and the calling task holds all three (its own holds: it
+    releases them), or the call is cancelled mid-acquire, and nothing is left once the
+    lost acquire has been undone."""
+    names = [f"{name}:a", f"{name}:b", f"{name}:c"]
+    members = [client.lock(names[0]), proxied.lock(names[1]), client.lock(names[2])]
+    composite = kind(*members)
+    drop = proxy.drop_reply(script("lock_acquire"))
+
+    async def take() -> bool:
+        if not await composite.try_lock(wait=LIMIT):
+            return False
+        # The calling task's holds, whichever task took each member.
+        assert await composite.is_held_by_current_task()
+        assert [m.statistics().hold_count for m in members] == [1, 1, 1]
+        await composite.unlock()
+        return True
+
+    taking = asyncio.create_task(take())
+    async with asyncio.timeout(LIMIT):
+        await drop.executed.wait()
+        # The member after the lost reply, in the composite's order, was not waited for.
+        await wait_until(lambda: _exist(raw, names[2]), what="the last member taken")
+    assert not taking.done()
+    if cancel:
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+    else:
+        assert await taking
+    await quiesce(proxied)
+    await quiesce(client)
+    assert await raw.exists(*names) == 0
+    assert [m.statistics().hold_count for m in members] == [0, 0, 0]
+
+
+async def _exist(raw: Redis, key: str) -> bool:
+    return bool(await raw.exists(key))
 
 
 @pytest.fixture

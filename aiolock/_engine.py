@@ -1487,7 +1487,12 @@ class Engine:
                     return False
                 try:
                     while not sub.stale:
-                        waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
+                        waiter = room.add(
+                            channel,
+                            w.wake_count,
+                            shared=w.shared_waits,
+                            counts_available=w.counts_available,
+                        )
                         leaving = True
                         try:
                             outcome = await attempt()
@@ -1501,7 +1506,12 @@ class Engine:
                                 # may fit. It gets this call's wake-up, and this call waits
                                 # behind it (nothing is delivered in between: no await).
                                 room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                                waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
+                                waiter = room.add(
+                                    channel,
+                                    w.wake_count,
+                                    shared=w.shared_waits,
+                                    counts_available=w.counts_available,
+                                )
                             hint = outcome.wait
                             bound = _RECHECK if hint is None else min(_RECHECK, hint)
                             if deadline is not None:

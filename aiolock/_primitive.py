@@ -104,6 +104,9 @@ class Waitable:
     #: A successful take leaves a receipt under its tombstone's name (the semaphore), to
     #: delete once the take has returned.
     receipts: ClassVar[bool] = False
+    #: A message's count is how many are available in all (a semaphore's permits), not
+    #: how many it frees: waiters woken already are counted in it (``WaitingRoom.add``).
+    counts_available: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, name: str) -> None:
         self.settings = settings

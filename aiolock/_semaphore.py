@@ -39,6 +39,9 @@ class PermitCount(Waitable):
 
     __slots__ = ("chan",)
 
+    # Redisson's release publishes the count available after it, not the permits freed.
+    counts_available = True
+
     def __init__(self, settings: Settings, name: str) -> None:
         super().__init__(settings, name)
         self.chan = semaphore_channel(self.key)

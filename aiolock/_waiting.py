@@ -98,10 +98,13 @@ async def wait_event(event: asyncio.Event, limit: float | None) -> bool:
 class _Line:
     """The waiters of one channel, oldest first."""
 
-    __slots__ = ("shared", "waiters", "wake_count", "watchers")
+    __slots__ = ("counts_available", "shared", "waiters", "wake_count", "watchers")
 
-    def __init__(self, wake_count: WakeCount) -> None:
+    def __init__(self, wake_count: WakeCount, *, counts_available: bool = False) -> None:
         self.wake_count = wake_count
+        # A message's count is what is available now (a semaphore's permits), not what
+        # the message frees: the waiters woken already, yet to try, are counted in it.
+        self.counts_available = counts_available
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
         self.shared = 0
@@ -118,6 +121,10 @@ class _Line:
             for waiter in self.waiters:
                 waiter.settled = True
             count = None
+        elif count is not None and self.counts_available:
+            # Releases in a row publish 1, 2, 3...: each wakes only those the permits
+            # left for them let in, not that many more each.
+            count -= sum(1 for w in self.waiters if w.event.is_set() and not w.shared)
         # Shared waiters may sit anywhere in the order: then the whole line is walked.
         walk_all = shared and self.shared > 0
         woken = 0
@@ -152,16 +159,24 @@ class WaitingRoom:
     # -- waiters --------------------------------------------------------------------------
 
     def add(
-        self, channel: str, wake_count: WakeCount, *, shared: bool, watch: bool = False
+        self,
+        channel: str,
+        wake_count: WakeCount,
+        *,
+        shared: bool,
+        watch: bool = False,
+        counts_available: bool = False,
     ) -> Waiter:
         """Register a fresh waiter on ``channel``; messages from now on may wake it.
 
         ``watch``: a shared waiter of a holder watching its own lock's channel, which
         waits for no lock: no newcomer queues behind it (``has_waiters``).
+        ``counts_available``: the channel's messages say how many are available in all
+        (a semaphore's), so a message wakes that many less those woken already.
         """
         line = self._lines.get(channel)
         if line is None:
-            line = self._lines[channel] = _Line(wake_count)
+            line = self._lines[channel] = _Line(wake_count, counts_available=counts_available)
         waiter = Waiter(shared=shared or watch)
         line.waiters[waiter] = None
         if waiter.shared:

@@ -16,6 +16,8 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
+from aiolock._semaphore import SemaphoreState
+from aiolock._waiting import WaitingRoom
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
@@ -135,6 +137,26 @@ async def test_a_wake_up_too_small_for_one_waiter_goes_to_the_next(
         assert await big
     assert await permits(raw, name) == 0
     await raw.delete(name)
+
+
+async def test_releases_in_a_row_wake_only_as_many_as_permits_left(offline: aiolock.Client) -> None:
+    """Redisson's release publishes the count available after it: releases of one permit
+    in a row publish "1", "2", "3". Each message wakes only the waiters its count leaves
+    for, less those woken already and yet to try: three in all, not 1 + 2 + 3 (each one
+    woken for nothing costs a script)."""
+    state = SemaphoreState(offline._settings, "s")
+    room = WaitingRoom()
+    waiters = [
+        room.add(state.chan, state.wake_count, shared=False, counts_available=True)
+        for _ in range(8)
+    ]
+    for count in (b"1", b"2", b"3"):
+        room.deliver(state.chan, count)
+    assert [w.event.is_set() for w in waiters] == [True] * 3 + [False] * 5
+    # One of them has tried (its waiter gone), and the count available is 3 again.
+    room.remove(state.chan, waiters[0], leaving=False)
+    room.deliver(state.chan, b"3")
+    assert [w.event.is_set() for w in waiters[1:]] == [True] * 3 + [False] * 4
 
 
 @pytest.mark.parametrize(

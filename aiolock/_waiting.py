@@ -223,12 +223,17 @@ class WaitingRoom:
         no hand-over from ``releaser`` (a fenced lock's waiter behind a plain lock's
         holder, on their shared channel). That waiter is not passed
         over for a younger one: the release then frees the lock and its message wakes
-        that waiter to try itself, in its turn.
+        that waiter to try itself, in its turn. Nor is a reader waiting longer than the
+        oldest exclusive waiter passed over (a read-write lock's channel).
         """
         line = self._lines.get(channel)
         if line is None:
             return None
         for waiter in line.waiters:
+            if waiter.shared and waiter not in line.watchers:
+                # A reader waits longer than any writer after it: the release frees the
+                # lock, and its message lets the readers in (a write lock's release).
+                return None
             call = waiter.parked
             p = waiter.parked_as
             if (

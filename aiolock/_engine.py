@@ -73,6 +73,8 @@ _UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
 # A wait for a semaphore or a latch re-reads the state at least this often (seconds): a
 # lost message then costs at most this much latency. Their state has no lease to bound by.
 _RECHECK = 5.0
+# The turn of a call queued behind this client's waiters (no barging): it waits, untried.
+_QUEUED = Outcome(done=False)
 # A refused login is a ConnectionError to redis-py, but the command never ran: there is
 # nothing to complete or undo, and resending cannot succeed.
 _REFUSED = (AuthenticationError,)
@@ -1468,15 +1470,21 @@ class Engine:
         message costs latency, never liveness (and by the attempt's own hint: the next
         permit to expire); a waiter woken for nothing passes its turn
         on, so a message that lets someone in is never spent on one that cannot use it.
+
+        No barging (``w.no_barging``): a call that finds this client's waiters on the
+        channel queues behind them without trying, and a take that leaves some available
+        wakes as many waiters as that lets in (``Outcome.left``), so the queue never sits
+        on something free.
         """
-        if (await attempt()).done:
-            return True
-        if wait == 0:
-            return False
-        loop = asyncio.get_running_loop()
-        deadline = None if wait is None else loop.time() + wait
         room = self._waiting
         channel = w.channel("")
+        queue = wait != 0 and w.no_barging and room.queues_behind(channel)
+        if not queue:
+            first = await self._first_look(channel, attempt)
+            if first or wait == 0:
+                return first
+        loop = asyncio.get_running_loop()
+        deadline = None if wait is None else loop.time() + wait
         room.enter(w.key, "")
         settled = False
         try:
@@ -1487,6 +1495,10 @@ class Engine:
                     return False
                 try:
                     while not sub.stale:
+                        # Decided with no await before the waiter is in line: those ahead
+                        # wake it as they leave (or take, leaving some).
+                        behind = queue and room.queues_behind(channel)
+                        queue = False
                         waiter = room.add(
                             channel,
                             w.wake_count,
@@ -1495,11 +1507,12 @@ class Engine:
                         )
                         leaving = True
                         try:
-                            outcome = await attempt()
+                            outcome = _QUEUED if behind else await _in_line(waiter, attempt)
                             # A message that is itself what the wait waits for (a latch's
                             # "0") settles it, whatever the attempt found since.
                             if outcome.done or settled or waiter.settled:
                                 leaving = False
+                                self._took(w, channel, waiter, outcome.left)
                                 return True
                             if outcome.spare:
                                 # Too little left for this call, but some: a waiter behind
@@ -1512,6 +1525,7 @@ class Engine:
                                     shared=w.shared_waits,
                                     counts_available=w.counts_available,
                                 )
+                                waiter.short = True
                             hint = outcome.wait
                             bound = _RECHECK if hint is None else min(_RECHECK, hint)
                             if deadline is not None:
@@ -1525,12 +1539,44 @@ class Engine:
                             settled = waiter.settled
                         finally:
                             # Leaving without what it waits for (deadline, cancel, close):
-                            # a wake-up it was given goes on, as a lock waiter's does.
-                            room.remove(channel, waiter, leaving=leaving)
+                            # a wake-up it was given goes on, as a lock waiter's does, and
+                            # so does the turn of an attempt cut off (calls queued behind
+                            # it count on it).
+                            room.remove(channel, waiter, leaving=leaving, mid_attempt=waiter.trying)
                 finally:
                     sub.release()
         finally:
             room.leave(w.key, "")
+
+    async def _first_look(self, channel: str, attempt: Callable[[], Awaitable[Outcome]]) -> bool:
+        """The attempt a call makes before it waits (if it does not queue): True if done."""
+        outcome = await attempt()
+        if outcome.left:
+            # This client's waiters came after it was sent: let in what it left.
+            self._waiting.wake_left(channel, outcome.left)
+        return outcome.done
+
+    def _took(self, w: Waitable, channel: str, waiter: Waiter, left: int) -> None:
+        """A waiter took (or found) what it waits for, ``left`` left: wake whom that lets in.
+
+        Only where messages count what is available (the semaphore): else the waiter's
+        leaving is all.
+
+        A message that came while its take was in flight counted on it (it is awake).
+        Whether the take ran before that message's release (the permit is still there,
+        and ``left`` does not count it) or after it (the take may have had it) the reply
+        cannot tell: its wake-up goes on, at the price of one take for nothing at most.
+        """
+        if not w.counts_available:
+            return
+        room = self._waiting
+        counted_on = waiter.event.is_set()
+        # Out of line first: the wake-ups below are for others.
+        room.remove(channel, waiter, leaving=False)
+        if left:
+            room.wake_left(channel, left)
+        if counted_on:
+            room.pass_turn(channel)
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -1573,3 +1619,11 @@ class Engine:
                     )
                     return None
                 await asyncio.sleep(self.settings.retry_interval)
+
+
+async def _in_line(waiter: Waiter, attempt: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    """``attempt()`` by a call in line: a message meanwhile counts on it (``trying``)."""
+    waiter.trying = True
+    outcome = await attempt()
+    waiter.trying = False
+    return outcome

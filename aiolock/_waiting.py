@@ -46,6 +46,8 @@ class Waiter:
         "parked_as",
         "settled",
         "shared",
+        "short",
+        "trying",
         "woken_by_message",
     )
 
@@ -53,6 +55,12 @@ class Waiter:
         self.event = asyncio.Event()
         self.shared = shared
         self.woken_by_message = False
+        #: Its call's attempt is in flight (a counting object's take): it may take what
+        #: a message says is available, so the message counts on it (``_Line.wake``).
+        self.trying = False
+        #: Its call's last attempt found some available but fewer than it asks for: a
+        #: newcomer does not queue behind it (``queues_behind``).
+        self.short = False
         #: A message that is itself what the wait waits for reached it (see SETTLES).
         self.settled = False
         #: The call, while it is parked in wait() (and so may be offered a hand-over), and
@@ -111,20 +119,31 @@ class _Line:
         # Of the shared ones, those that only watch the channel (Engine.watch_taken).
         self.watchers: set[Waiter] = set()
 
-    def wake(self, count: int | None, *, shared: bool = True) -> int:
+    def wake(self, count: int | None, *, shared: bool = True, available: bool = False) -> int:
         """Wake up to ``count`` exclusive waiters (None or SETTLES: all), oldest first.
 
-        Every shared waiter wakes too, unless ``shared=False``. Returns how many exclusive
-        ones woke.
+        Every shared waiter wakes too, unless ``shared=False``. ``available``: ``count`` is
+        what is available in all, not how many turns are given (a turn passed on is one,
+        whoever else is awake). Returns how many exclusive ones woke.
         """
         if count == SETTLES:
             for waiter in self.waiters:
                 waiter.settled = True
             count = None
-        elif count is not None and self.counts_available:
+        elif count is not None and available and self.counts_available:
             # Releases in a row publish 1, 2, 3...: each wakes only those the permits
-            # left for them let in, not that many more each.
+            # left for them let in, not that many more each. Those woken already and yet
+            # to try take them first, then those whose attempt is in flight: each of
+            # these it counts on is woken too, so that one whose attempt ran too early to
+            # see them tries again (and one that took passes a turn on: Engine._wait_for).
             count -= sum(1 for w in self.waiters if w.event.is_set() and not w.shared)
+            for waiter in self.waiters:
+                if count <= 0:
+                    break
+                if waiter.trying and not waiter.event.is_set():
+                    waiter.woken_by_message = True
+                    waiter.event.set()
+                    count -= 1
         # Shared waiters may sit anywhere in the order: then the whole line is walked.
         walk_all = shared and self.shared > 0
         woken = 0
@@ -250,6 +269,15 @@ class WaitingRoom:
                 return (waiter, call, p) if takes else None
         return None
 
+    def queues_behind(self, channel: str) -> bool:
+        """Whether a newcomer on ``channel`` waits behind this client's waiters untried.
+
+        Not behind those only that found too few for them: what is there may be enough
+        for the newcomer, and no message may come to say so.
+        """
+        line = self._lines.get(channel)
+        return line is not None and any(not (w.shared or w.short) for w in line.waiters)
+
     def has_waiters(self, channel: str) -> bool:
         """Whether calls of this client wait on ``channel`` (watchers wait for nothing)."""
         line = self._lines.get(channel)
@@ -266,7 +294,24 @@ class WaitingRoom:
         """A message on ``channel``: wake as many waiters as it lets in."""
         line = self._lines.get(channel)
         if line is not None:
-            line.wake(line.wake_count(data))
+            line.wake(line.wake_count(data), available=True)
+
+    def wake_left(self, channel: str, left: int) -> None:
+        """A take left ``left`` available (a semaphore's permits): wake that many waiters.
+
+        Less those woken already or trying (as a message's count): a waiter that queued
+        behind this client's waiters without trying (no barging) gets in without a
+        message.
+        """
+        line = self._lines.get(channel)
+        if line is not None:
+            line.wake(left, shared=False, available=True)
+
+    def pass_turn(self, channel: str) -> None:
+        """Wake the oldest exclusive waiter not awake: a wake-up given on goes on."""
+        line = self._lines.get(channel)
+        if line is not None:
+            line.wake(1, shared=False)
 
     def wake_all(self, channel: str) -> None:
         """Wake every waiter on ``channel``: messages may have been lost (a resubscribe)."""

@@ -7,9 +7,10 @@ it: ``asking_for``), so that members on servers far apart cost one round trip, n
 each (Redisson takes them one after another). A MultiLock waits for a member only in an
 order every process agrees on (by name and lock type, then as given), holding none after
 it, so two composites over the same locks never wait for each other in a circle (Redisson
-takes them as listed: its issues #1160 and #467). What Redisson gets wrong and these do
-not: a failed or cancelled attempt gives back every member it took, an unlock tries every
-member even when one fails (the sync MultiLock unlock stops at the first failure), and a
+takes them as listed: its issues #1160 and #467). An unlock, and a failed attempt's give
+back, release the members at once too. What Redisson gets wrong and these do not: a failed
+or cancelled attempt gives back every member it took, an unlock tries every member even
+when one fails (the sync MultiLock unlock stops at the first failure), and a
 lease is used as given, never converted again on each retry (Redisson's MultiLock
 multiplies it by 1000 per cycle).
 """
@@ -622,41 +623,69 @@ def _answers(asking: list[asyncio.Task[T]]) -> list[T]:
 
 
 async def _give_back(members: list[LockHandle], *, report: bool = True) -> list[BaseException]:
-    """Unlock each of ``members``, last taken first; return the failures.
+    """Unlock ``members`` at once for the calling task; return the failures.
 
-    Every one is tried even if some fail or the caller is cancelled meanwhile (a cancelled
-    unlock finishes in the background). A member's unlock still unanswered after
-    ``_QUERY_CALL`` is cut off and finishes in the background too (its client resends it
-    until the server answers; its renewal, frozen with the server, lets the lease end
-    meanwhile): not a failure, the release is under way. Failures are logged when
+    Each in a task of its own that releases the calling task's hold (``asking_for``), so
+    that members on servers far apart cost one round trip, not one each. Every one is
+    made even if some fail or the caller is cancelled meanwhile: a cancel does not reach
+    them, and the call raises it once they have ended (each within ``_QUERY_CALL``: see
+    ``_unlock``), so that what it leaves is what they left. Failures are logged when
     ``report``.
     """
-    errors: list[BaseException] = []
+    if not members:
+        return []
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+    with asking_for(task):
+        unlocks = [asyncio.create_task(_unlock(member, report=report)) for member in members]
+    for unlocking in unlocks:
+        # The loop holds tasks weakly: an unlock outlives a caller cancelled and gone.
+        _UNLOCKING.add(unlocking)
+        unlocking.add_done_callback(_UNLOCKING.discard)
     cancelled: asyncio.CancelledError | None = None
-    for member in reversed(members):
-        scope = asyncio.timeout(_QUERY_CALL)
+    while True:
         try:
-            async with scope:
-                await member.unlock()
-        except TimeoutError as exc:
-            if not scope.expired():
-                # The member's own error (a socket timeout), not this bound.
-                if report:
-                    log.warning("aiolock: giving back %r failed: %r", member.name, exc)
-                errors.append(exc)
-                continue
-            log.warning(
-                "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
-                member.name,
-                _QUERY_CALL,
-            )
+            await asyncio.wait(unlocks)
+            break
         except asyncio.CancelledError as exc:
-            # That unlock finishes in the background; the others are still made.
             cancelled = exc
-        except (LockError, RedisError, OSError) as exc:
-            if report:
-                log.warning("aiolock: giving back %r failed: %r", member.name, exc)
-            errors.append(exc)
+    # Every result is read (an error never read is logged when the task is collected);
+    # an error no member unlock expects is raised, as it was when unlocked in turn.
+    errors = [error for error in (u.result() for u in unlocks) if error is not None]
     if cancelled is not None:
         raise cancelled
     return errors
+
+
+#: Member unlocks under way (``_give_back``), referenced until they end.
+_UNLOCKING: set[asyncio.Task[BaseException | None]] = set()
+
+
+async def _unlock(member: LockHandle, *, report: bool) -> BaseException | None:
+    """Unlock ``member``: None, or its failure (logged when ``report``).
+
+    An unlock still unanswered after ``_QUERY_CALL`` is cut off and finishes in the
+    background (its client resends it until the server answers; its renewal, frozen with
+    the server, lets the lease end meanwhile): not a failure, the release is under way.
+    """
+    scope = asyncio.timeout(_QUERY_CALL)
+    try:
+        async with scope:
+            await member.unlock()
+    except TimeoutError as exc:
+        if not scope.expired():
+            # The member's own error (a socket timeout), not this bound.
+            if report:
+                log.warning("aiolock: giving back %r failed: %r", member.name, exc)
+            return exc
+        log.warning(
+            "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
+            member.name,
+            _QUERY_CALL,
+        )
+    except (LockError, RedisError, OSError) as exc:
+        if report:
+            log.warning("aiolock: giving back %r failed: %r", member.name, exc)
+        return exc
+    return None

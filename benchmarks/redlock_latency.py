@@ -1,12 +1,12 @@
-"""RedLock and MultiLock over servers far apart: acquire latency against one member's.
+"""RedLock and MultiLock over servers far apart: acquire and unlock latency against one member's.
 
 Five servers, each behind a fault proxy (``tests/faultproxy.py``) that holds every command
 ``--delay`` seconds (default 4 ms one way: a round trip 4 ms longer, as 2 ms each way
 would make it). One task, one at a time: ``--n`` acquisitions (default 50) of one member
 alone, of a RedLock over the five and of a MultiLock over the five, each released before
-the next; the acquire call is timed. With ``--baseline REF`` the aiolock of git ref REF
-(installed beside as ``aiolock_baseline``, see ``_baseline.py``) is measured in the same
-run, interleaved with this one.
+the next; the acquire and the unlock calls are timed. With ``--baseline REF`` the aiolock
+of git ref REF (installed beside as ``aiolock_baseline``, see ``_baseline.py``) is measured
+in the same run, interleaved with this one.
 
 Run from the repository root::
 
@@ -38,16 +38,19 @@ def _p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-async def _time(acquire: Any, release: Any) -> float:
+async def _time(acquire: Any, release: Any) -> tuple[float, float]:
     started = time.perf_counter()
     await acquire()
     took = time.perf_counter() - started
+    started = time.perf_counter()
     await release()
-    return took
+    return took, time.perf_counter() - started
 
 
-async def measure(lib: ModuleType, urls: list[str], n: int, tag: str) -> dict[str, list[float]]:
-    """Acquire latencies (s) of one member, a RedLock and a MultiLock, interleaved."""
+async def measure(
+    lib: ModuleType, urls: list[str], n: int, tag: str
+) -> dict[str, list[tuple[float, float]]]:
+    """(acquire, unlock) latencies (s) of one member, a RedLock and a MultiLock, interleaved."""
     clients = [lib.Client.from_url(url) for url in urls]
     try:
         name = f"bench:redlock:{tag}"
@@ -55,7 +58,7 @@ async def measure(lib: ModuleType, urls: list[str], n: int, tag: str) -> dict[st
         red = lib.RedLock(*(c.lock(name) for c in clients))
         multi = lib.MultiLock(*(c.lock(f"{name}:{i}") for i, c in enumerate(clients)))
         cases = {"one member": one, "RedLock x5": red, "MultiLock x5": multi}
-        times: dict[str, list[float]] = {case: [] for case in cases}
+        times: dict[str, list[tuple[float, float]]] = {case: [] for case in cases}
         for lock in cases.values():  # warm: connections, scripts loaded
             await _time(lock.lock, lock.unlock)
         for _ in range(n):
@@ -86,7 +89,9 @@ async def run(n: int, delay: float, baseline: str | None) -> None:
                 f"{SERVERS} servers, each behind a proxy adding {delay * 1000:g} ms per command "
                 f"(one way); n={n} per case, one task (loaded-machine figures)"
             )
-            results: dict[str, dict[str, list[float]]] = {label: {} for label, _ in libs}
+            results: dict[str, dict[str, list[tuple[float, float]]]] = {
+                label: {} for label, _ in libs
+            }
             # Interleaved in rounds, so that load changes affect both alike.
             rounds = 5
             for r in range(rounds):
@@ -95,15 +100,17 @@ async def run(n: int, delay: float, baseline: str | None) -> None:
                     for case, values in got.items():
                         results[label].setdefault(case, []).extend(values)
             for label, cases in results.items():
-                base = statistics.median(cases["one member"])
                 print(f"\n{label}")
-                for case, values in cases.items():
-                    ms = [v * 1000 for v in values]
-                    p50 = statistics.median(ms)
-                    print(
-                        f"  {case:<13} p50={p50:7.2f} ms  p90={_p(ms, 0.9):7.2f} ms  "
-                        f"= {p50 / (base * 1000):.2f}x one member's p50"
-                    )
+                for which, call in ((0, "acquire"), (1, "unlock")):
+                    base = statistics.median(v[which] for v in cases["one member"])
+                    for case, values in cases.items():
+                        ms = [v[which] * 1000 for v in values]
+                        p50 = statistics.median(ms)
+                        print(
+                            f"  {call:<7} {case:<13} p50={p50:7.2f} ms  "
+                            f"p90={_p(ms, 0.9):7.2f} ms  = {p50 / (base * 1000):.2f}x one "
+                            "member's p50"
+                        )
     finally:
         for server in servers:
             server.close()

@@ -17,11 +17,12 @@ from redis.exceptions import RedisError
 
 import aiolock
 import aiolock._multilock as aiolock_multilock
+from aiolock._scripts import load_script
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
-from .helpers import FAST, cancel_at, quiesce, wait_until
+from .helpers import FAST, Gate, cancel_at, gated_redis, quiesce, wait_until
 
 LIMIT = 10.0
 
@@ -183,6 +184,10 @@ async def test_redlock_needs_a_majority(red_clients: list[aiolock.Client], uid: 
     second = red_clients[1].lock(name, owner="other")
     await second.lock()
     assert not await red.try_lock(wait=0.1)
+    # A member's try still under way when the round failed was cancelled: its engine
+    # undoes what it took, in the background.
+    for client in red_clients:
+        await quiesce(client)
     assert not await red_clients[2].lock(name).is_locked()
     await first.unlock()
     await second.unlock()
@@ -500,3 +505,99 @@ async def test_a_query_every_member_fails_leaves_no_error_unread(
         await multi.is_locked()
     gc.collect()
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+@pytest.fixture
+async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
+    """A client whose chosen script call's reply can be held back."""
+    # Loaded beforehand: a held NOSCRIPT reply would hold back the wrong send.
+    await raw.script_load(load_script("lock_release").text)
+    redis, gate = gated_redis(redis_url)
+    client = gate.attach(aiolock.Client(redis))
+    yield client, gate
+    await client.aclose()
+    await redis.aclose()
+
+
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+@pytest.mark.parametrize("cancel", [False, True])
+async def test_unlock_gives_back_the_members_at_once(
+    kind: Any,
+    cancel: bool,
+    *,
+    gated: tuple[aiolock.Client, Gate],
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+) -> None:
+    """One member's release held unanswered: the others are released meanwhile (members
+    far apart cost one round trip, not one each). Cancelled then, unlock() raises
+    CancelledError and the held release still lands: nothing is left held or believed."""
+    slow, gate = gated
+    # owner=: the unlock runs in a task of its own.
+    members = [
+        client.lock(f"{name}:a", owner="c"),
+        client.lock(f"{name}:b", owner="c"),
+        slow.lock(f"{name}:c", owner="c"),  # released first, when one after another
+    ]
+    composite = kind(*members)
+    assert await composite.try_lock()
+    gate.arm("lock_release")
+    unlocking = asyncio.create_task(composite.unlock())
+    async with asyncio.timeout(LIMIT):
+        await gate.sent.wait()
+    await wait_until(
+        lambda: _none_exist(raw, f"{name}:a", f"{name}:b"), what="the other members released"
+    )
+    assert not unlocking.done()
+    if cancel:
+        unlocking.cancel()
+    gate.release.set()
+    if cancel:
+        with pytest.raises(asyncio.CancelledError):
+            await unlocking
+    else:
+        await unlocking
+    await quiesce(slow)
+    assert await raw.exists(*(m.name for m in members)) == 0
+    assert all(m.statistics().hold_count == 0 for m in members)
+    assert await composite.try_lock()
+    await composite.unlock()
+
+
+async def _none_exist(raw: Redis, *keys: str) -> bool:
+    return await raw.exists(*keys) == 0
+
+
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+async def test_unlock_cancelled_at_every_iteration_still_releases_every_member(
+    kind: Any, make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Cancelled at any loop iteration, unlock() raises CancelledError or returns, and every
+    member is released all the same, as this client believes."""
+    mine, other = make_client(), make_client()
+    # owner=: the unlock runs in a task of its own.
+    members = [
+        mine.lock(f"{name}:a", owner="c"),
+        other.lock(f"{name}:b", owner="c"),
+        mine.lock(f"{name}:c", owner="c"),
+    ]
+    composite = kind(*members)
+    for k in range(200):
+        assert await composite.try_lock()
+        task = asyncio.create_task(composite.unlock())
+        cancel_at(task, k)
+        try:
+            await task
+            done = True
+        except asyncio.CancelledError:
+            done = False
+        await quiesce(mine)
+        await quiesce(other)
+        assert await raw.exists(*(m.name for m in members)) == 0, f"k={k}"
+        assert all(m.statistics().hold_count == 0 for m in members), f"k={k}"
+        if done:
+            break
+    else:
+        raise AssertionError("the unlock never completed before its cancel")
+    assert k > 2

@@ -25,10 +25,10 @@ from ._objects.handle import LockStatistics as LockStatistics
 from ._objects.leader import Leader as Leader
 from ._objects.lock import Lock as Lock
 from ._objects.multilock import MultiLock as MultiLock
-from ._objects.multilock import RedLock as RedLock
 from ._objects.permit_expirable_semaphore import (
     PermitExpirableSemaphore as PermitExpirableSemaphore,
 )
+from ._objects.redlock import RedLock as RedLock
 from ._objects.rwlock import ReadLock as ReadLock
 from ._objects.rwlock import ReadWriteLock as ReadWriteLock
 from ._objects.rwlock import WriteLock as WriteLock

@@ -221,9 +221,10 @@ _RACED = frozenset({Scenario.RACED, Scenario.RACED_SUBSCRIBING, Scenario.RACED_E
 def scenarios_of(call: Call, kind: Kind) -> tuple[Scenario, ...]:
     """The scenarios that apply to ``call`` on ``kind``.
 
-    The hand-over scenarios apply where a release hands over (the reentrant lock).
+    The hand-over scenarios apply where a release hands over (the reentrant lock, and the
+    read-write lock's write side, to a writer).
     """
-    hands_over = kind is Kind.LOCK
+    hands_over = kind in {Kind.LOCK, Kind.WRITE}
     # A spin lock's waiter never subscribes: racing the subscription is racing the wait.
     subscribes = kind is not Kind.SPIN
     if call is Call.TRY0:
@@ -599,9 +600,10 @@ class _Case:
         #: Whether force_unlock() deleted the rival's hold (its unlock then raises).
         self.rival_forced = False
         self.rival_waiter: asyncio.Task[None] | None = None
-        # The sibling of the hand-over scenarios: a task of the holder's client.
+        # The sibling of the hand-over scenarios: a task of the holder's client, waiting
+        # for (or holding) the same kind, which a release hands over to.
         self.sibling: Holder | None = None
-        self.sibling_h = handle(sweep.a, self.rival_kind, self.name, None)
+        self.sibling_h = handle(sweep.a, spec.kind, self.name, None)
         self.sibling_count = 0
         self.sibling_waiter: Job[None] | None = None
         self.violations: list[str] = []

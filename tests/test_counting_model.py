@@ -137,6 +137,30 @@ class SemaphoreMachine(_Counting):
         assert self.run(self.call(scenario(), None)) is True
         self.permits -= short - n
 
+    @rule(client=clients, n=st.integers(min_value=1, max_value=3), cancel=cancels)
+    def queued(self, client: int, n: int, cancel: int | None) -> None:
+        """A call of a client whose task waits queues behind it (no barging), cancelled or
+        not; a release of what both need lets them in (the queued one: not if cancelled)."""
+        if self.permits < 0:
+            return
+        short = n + max(self.permits, 0)
+        c = self.clients[client]
+        waiting = c.semaphore(self.name)
+        other = self.clients[1 - client].semaphore(self.name)
+
+        async def scenario() -> tuple[bool, Any]:
+            waiter = asyncio.ensure_future(waiting.try_acquire(short, wait=LIMIT))
+            await wait_until(lambda: c._waiting.waiting(self.name) == 1 or waiter.done())
+            behind = asyncio.ensure_future(self.call(waiting.try_acquire(1, wait=LIMIT), cancel))
+            await wait_until(lambda: c._waiting.waiting(self.name) == 2 or behind.done())
+            await other.release(n + 1)
+            return bool(await waiter), await behind
+
+        took, queued = self.run(scenario())
+        assert took is True
+        assert queued in {True, CANCELLED}
+        self.permits -= short - n - 1 + (1 if queued is True else 0)
+
     @invariant()
     def permits_match(self) -> None:
         if not hasattr(self, "permits"):

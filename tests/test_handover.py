@@ -14,7 +14,7 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock._engine.handover import IN_A_ROW
-from aiolock._keys import lock_channel
+from aiolock._keys import lock_channel, rwlock_channel
 from aiolock._net.scripts import load_script
 
 from .conftest import ClientFactory
@@ -294,3 +294,96 @@ async def test_a_fenced_release_hands_nothing_over(
     assert await waiter
     assert await _publishes(raw) == before + 1
     await plain.force_unlock()
+
+
+# -- the read-write lock's write side ------------------------------------------------------
+
+
+def _rw_parked(client: aiolock.Client, name: str, count: int) -> bool:
+    waiters = client._waiting.waiters(rwlock_channel(name))
+    return sum(w.parked is not None for w in waiters) >= count
+
+
+async def _park_rw(client: aiolock.Client, name: str, count: int = 1) -> None:
+    await wait_until(lambda: _rw_parked(client, name, count), what=f"{count} waiter(s) parked")
+
+
+async def test_a_write_release_hands_the_lock_to_a_parked_writer(
+    make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """The writer gets the lock from the release itself: one write hold with its own lease,
+    mode still "write", and nothing published (the lock was never free)."""
+    client = make_client(watchdog_timeout=20)
+    releaser = client.read_write_lock(name, owner="releaser").write_lock()
+    await releaser.lock()
+    got, done = asyncio.Event(), asyncio.Event()
+
+    async def writer() -> None:
+        async with client.read_write_lock(name).write_lock():
+            got.set()
+            await done.wait()
+
+    task = asyncio.create_task(writer())
+    await _park_rw(client, name)
+    before = await _publishes(raw)
+    await releaser.unlock()
+    async with asyncio.timeout(LIMIT):
+        await got.wait()
+    fields = await raw.hgetall(name)
+    assert fields.pop("mode") == "write"
+    [(field, count)] = [(str(f), str(c)) for f, c in fields.items()]  # raw decodes
+    assert field.startswith(client.id + ":")
+    assert field.endswith(":write")
+    assert count == "1"
+    assert ":owner:" not in field
+    assert 15_000 < await raw.pttl(name) <= 20_000
+    assert await _publishes(raw) == before
+    done.set()
+    await task
+    assert await raw.exists(name) == 0
+
+
+async def test_a_write_release_frees_the_lock_for_a_reader_waiting_longer(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A reader parked before the writer: the release frees the lock and publishes "1", and
+    the reader gets in (a writer handed the lock would have passed it)."""
+    releaser = client.read_write_lock(name, owner="releaser").write_lock()
+    await releaser.lock()
+    order: list[str] = []
+
+    async def take(view: str) -> None:
+        pair = client.read_write_lock(name)
+        async with pair.read_lock() if view == "read" else pair.write_lock():
+            order.append(view)
+
+    reader = asyncio.create_task(take("read"))
+    await _park_rw(client, name)
+    writer = asyncio.create_task(take("write"))
+    await _park_rw(client, name, 2)
+    before = await _publishes(raw)
+    await releaser.unlock()
+    async with asyncio.timeout(LIMIT):
+        await asyncio.gather(reader, writer)
+    assert order[0] == "read"
+    assert await _publishes(raw) > before
+    assert await raw.exists(name) == 0
+
+
+async def test_a_downgrading_write_release_hands_nothing_over(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """The releaser keeps read holds: the lock goes to read mode (as in Redisson), not to the
+    parked writer, which gets in once the read hold goes."""
+    pair = client.read_write_lock(name, owner="releaser")
+    await pair.write_lock().lock()
+    await pair.read_lock().lock()
+    writer = asyncio.create_task(client.read_write_lock(name).write_lock().try_lock(LIMIT))
+    await _park_rw(client, name)
+    await pair.write_lock().unlock()
+    fields = await raw.hgetall(name)
+    assert fields == {"mode": "read", f"{client.id}:owner:releaser": "1"}
+    assert not writer.done()
+    await pair.read_lock().unlock()
+    assert await writer
+    await client.read_write_lock(name).write_lock().force_unlock()

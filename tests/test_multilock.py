@@ -16,12 +16,13 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
 import aiolock
-import aiolock._objects.multilock as aiolock_multilock
+import aiolock._objects.members as aiolock_members
+from aiolock._net.scripts import load_script
 from aiolock.testing import LocalServer, start_local_server
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
-from .helpers import FAST, cancel_at, quiesce
+from .helpers import FAST, Gate, cancel_at, gated_redis, quiesce, wait_until
 
 LIMIT = 10.0
 
@@ -98,25 +99,34 @@ async def test_unlock_tries_every_member(client: aiolock.Client, raw: Redis, nam
     assert await raw.exists(f"{name}:1", f"{name}:2") == 0
 
 
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
 async def test_a_cancelled_acquire_gives_back_what_it_took(
-    make_client: ClientFactory, raw: Redis, name: str
+    kind: Any, make_client: ClientFactory, raw: Redis, name: str
 ) -> None:
-    """Cancelled at every loop iteration while taking its members (the last one is taken
-    only once another client lets it go): CancelledError, and nothing kept, or all held."""
+    """Cancelled at every loop iteration while taking its members at once (a MultiLock's
+    last member, a RedLock's last two, are taken only once another client lets them go):
+    CancelledError, and nothing kept, or enough held (all; a majority)."""
     mine, other = make_client(), make_client()
     names = [f"{name}:{i}" for i in range(3)]
     # owner=: the test task releases what the acquiring task took.
-    multi = aiolock.MultiLock(*(mine.lock(n, owner="multi") for n in names))
-    blocker = other.lock(names[2], owner="blocker")
+    composite: aiolock.MultiLock | aiolock.RedLock = kind(
+        *(mine.lock(n, owner="multi") for n in names)
+    )
+    blocked = names[2:] if kind is aiolock.MultiLock else names[1:]
+    blockers = [other.lock(n, owner="blocker") for n in blocked]
     for k in range(400):
-        await blocker.lock()
+        for blocker in blockers:
+            await blocker.lock()
 
         async def take() -> bool:
-            letting_go = asyncio.create_task(blocker.unlock())
+            letting_go = [asyncio.create_task(blocker.unlock()) for blocker in blockers]
             try:
-                return await multi.try_lock(wait=LIMIT)
+                return await composite.try_lock(wait=LIMIT)
             finally:
-                await letting_go
+                # Each awaited in turn: done by now, they do not suspend (gather() would,
+                # and a cancel there would hide a completed acquire).
+                for unlocking in letting_go:
+                    await unlocking
 
         task = asyncio.create_task(take())
         cancel_at(task, k)
@@ -126,9 +136,11 @@ async def test_a_cancelled_acquire_gives_back_what_it_took(
             taken = False
         await quiesce(mine)
         held = await raw.exists(*names)
+        believed = sum(bool(m.statistics().hold_count) for m in composite._members)
+        assert held == believed, f"k={k}: {held} member(s) held, {believed} believed"
         if taken:
-            assert held == 3, f"k={k}"
-            await multi.unlock()
+            assert held >= (3 if kind is aiolock.MultiLock else 2), f"k={k}"
+            await composite.unlock()
             break
         assert held == 0, f"k={k}: {held} member(s) kept by a cancelled acquire"
     else:
@@ -172,6 +184,10 @@ async def test_redlock_needs_a_majority(red_clients: list[aiolock.Client], uid: 
     second = red_clients[1].lock(name, owner="other")
     await second.lock()
     assert not await red.try_lock(wait=0.1)
+    # A member's try still under way when the round failed was cancelled: its engine
+    # undoes what it took, in the background.
+    for client in red_clients:
+        await quiesce(client)
     assert not await red_clients[2].lock(name).is_locked()
     await first.unlock()
     await second.unlock()
@@ -308,6 +324,59 @@ async def test_a_members_lost_replies_count_once(
     assert await raw.exists(*(m.name for m in members)) == 0
 
 
+@pytest.mark.parametrize("cancel", [False, True], ids=["resent", "cancelled"])
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+async def test_members_are_taken_at_once_for_the_calling_task(
+    kind: Any,
+    cancel: bool,
+    *,
+    proxy: FaultProxy,
+    proxied: aiolock.Client,
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+) -> None:
+    """The members are asked at once: while the reply to one member's acquire is lost (its
+    client resends after its socket timeout), the members after it are taken already.
+    Then either the resend lands, and the calling task holds all three (its own holds: it
+    releases them), or the call is cancelled mid-acquire, and nothing is left once the
+    lost acquire has been undone."""
+    names = [f"{name}:a", f"{name}:b", f"{name}:c"]
+    members = [client.lock(names[0]), proxied.lock(names[1]), client.lock(names[2])]
+    composite = kind(*members)
+    drop = proxy.drop_reply(script("lock_acquire"))
+
+    async def take() -> bool:
+        if not await composite.try_lock(wait=LIMIT):
+            return False
+        # The calling task's holds, whichever task took each member.
+        assert await composite.is_held_by_current_task()
+        assert [m.statistics().hold_count for m in members] == [1, 1, 1]
+        await composite.unlock()
+        return True
+
+    taking = asyncio.create_task(take())
+    async with asyncio.timeout(LIMIT):
+        await drop.executed.wait()
+        # The member after the lost reply, in the composite's order, was not waited for.
+        await wait_until(lambda: _exist(raw, names[2]), what="the last member taken")
+    assert not taking.done()
+    if cancel:
+        taking.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await taking
+    else:
+        assert await taking
+    await quiesce(proxied)
+    await quiesce(client)
+    assert await raw.exists(*names) == 0
+    assert [m.statistics().hold_count for m in members] == [0, 0, 0]
+
+
+async def _exist(raw: Redis, key: str) -> bool:
+    return bool(await raw.exists(key))
+
+
 @pytest.fixture
 async def hung(proxy: FaultProxy, raw: Redis) -> AsyncIterator[aiolock.Client]:
     """A client through the proxy with the defaults (no socket timeout given): while the
@@ -355,7 +424,7 @@ async def test_a_hung_member_costs_no_more_than_the_wait(
 def short_bound(monkeypatch: pytest.MonkeyPatch) -> float:
     """The composites' bound on a member's query or unlock, shortened to keep CI fast."""
     bound = 0.4
-    monkeypatch.setattr(aiolock_multilock, "_QUERY_CALL", bound)
+    monkeypatch.setattr(aiolock_members, "QUERY_CALL", bound)
     return bound
 
 
@@ -436,3 +505,99 @@ async def test_a_query_every_member_fails_leaves_no_error_unread(
         await multi.is_locked()
     gc.collect()
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+@pytest.fixture
+async def gated(redis_url: str, raw: Redis) -> AsyncIterator[tuple[aiolock.Client, Gate]]:
+    """A client whose chosen script call's reply can be held back."""
+    # Loaded beforehand: a held NOSCRIPT reply would hold back the wrong send.
+    await raw.script_load(load_script("lock_release").text)
+    redis, gate = gated_redis(redis_url)
+    client = gate.attach(aiolock.Client(redis))
+    yield client, gate
+    await client.aclose()
+    await redis.aclose()
+
+
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+@pytest.mark.parametrize("cancel", [False, True])
+async def test_unlock_gives_back_the_members_at_once(
+    kind: Any,
+    cancel: bool,
+    *,
+    gated: tuple[aiolock.Client, Gate],
+    client: aiolock.Client,
+    raw: Redis,
+    name: str,
+) -> None:
+    """One member's release held unanswered: the others are released meanwhile (members
+    far apart cost one round trip, not one each). Cancelled then, unlock() raises
+    CancelledError and the held release still lands: nothing is left held or believed."""
+    slow, gate = gated
+    # owner=: the unlock runs in a task of its own.
+    members = [
+        client.lock(f"{name}:a", owner="c"),
+        client.lock(f"{name}:b", owner="c"),
+        slow.lock(f"{name}:c", owner="c"),  # released first, when one after another
+    ]
+    composite = kind(*members)
+    assert await composite.try_lock()
+    gate.arm("lock_release")
+    unlocking = asyncio.create_task(composite.unlock())
+    async with asyncio.timeout(LIMIT):
+        await gate.sent.wait()
+    await wait_until(
+        lambda: _none_exist(raw, f"{name}:a", f"{name}:b"), what="the other members released"
+    )
+    assert not unlocking.done()
+    if cancel:
+        unlocking.cancel()
+    gate.release.set()
+    if cancel:
+        with pytest.raises(asyncio.CancelledError):
+            await unlocking
+    else:
+        await unlocking
+    await quiesce(slow)
+    assert await raw.exists(*(m.name for m in members)) == 0
+    assert all(m.statistics().hold_count == 0 for m in members)
+    assert await composite.try_lock()
+    await composite.unlock()
+
+
+async def _none_exist(raw: Redis, *keys: str) -> bool:
+    return await raw.exists(*keys) == 0
+
+
+@pytest.mark.parametrize("kind", [aiolock.MultiLock, aiolock.RedLock])
+async def test_unlock_cancelled_at_every_iteration_still_releases_every_member(
+    kind: Any, make_client: ClientFactory, raw: Redis, name: str
+) -> None:
+    """Cancelled at any loop iteration, unlock() raises CancelledError or returns, and every
+    member is released all the same, as this client believes."""
+    mine, other = make_client(), make_client()
+    # owner=: the unlock runs in a task of its own.
+    members = [
+        mine.lock(f"{name}:a", owner="c"),
+        other.lock(f"{name}:b", owner="c"),
+        mine.lock(f"{name}:c", owner="c"),
+    ]
+    composite = kind(*members)
+    for k in range(200):
+        assert await composite.try_lock()
+        task = asyncio.create_task(composite.unlock())
+        cancel_at(task, k)
+        try:
+            await task
+            done = True
+        except asyncio.CancelledError:
+            done = False
+        await quiesce(mine)
+        await quiesce(other)
+        assert await raw.exists(*(m.name for m in members)) == 0, f"k={k}"
+        assert all(m.statistics().hold_count == 0 for m in members), f"k={k}"
+        if done:
+            break
+    else:
+        raise AssertionError("the unlock never completed before its cancel")
+    assert k > 2

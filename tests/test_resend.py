@@ -287,3 +287,47 @@ async def test_fair_rw_leave_whose_reply_was_lost_is_resent(
     assert await reader.try_lock(wait=0)
     await reader.unlock()
     await holder.unlock()
+
+
+async def test_write_hand_over_whose_reply_was_lost_hands_over_once(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A write unlock handing the lock to a parked writer of its client, its reply lost: the
+    resend replays the hand-over from the latch, and the writer holds the lock once."""
+    releaser = proxied.read_write_lock(name, owner="o").write_lock()
+    await releaser.lock()
+    got, done = asyncio.Event(), asyncio.Event()
+
+    async def writer() -> None:
+        async with proxied.read_write_lock(name).write_lock():
+            got.set()
+            await done.wait()
+
+    task = asyncio.create_task(writer())
+    channel = f"redisson_rwlock:{{{name}}}"
+    await wait_until(
+        lambda: any(w.parked is not None for w in proxied._waiting.waiters(channel)),
+        what="the writer parked",
+    )
+    published = await _publishes(raw)
+    drop = proxy.drop_reply(script("rw_write_release"))
+    await releaser.unlock()
+    assert drop.executed.is_set()
+    async with asyncio.timeout(LIMIT):
+        await got.wait()
+    # Handed over (nothing published: the lock was never free), once.
+    assert await _publishes(raw) == published
+    fields = await raw.hgetall(name)
+    assert fields.pop("mode") == "write"
+    assert list(fields.values()) == ["1"]
+    assert f"{proxied.id}:owner:o:write" not in fields
+    assert releaser.statistics().hold_count == 0
+    done.set()
+    await task
+    await quiesce(proxied)
+    assert await raw.exists(name) == 0
+
+
+async def _publishes(raw: Redis) -> int:
+    stats: dict[str, Any] = await raw.info("commandstats")
+    return int(stats.get("cmdstat_publish", {}).get("calls", 0))

@@ -363,12 +363,14 @@ async def test_write_unlock_wakes_every_reader_but_one_writer(
     """A write unlock sets every local reader retrying but only one local writer.
 
     The readers can all get in together; of the writers only one can, so waking them all
-    would have the others run their script for nothing (a herd that grows with N).
+    would have the others run their script for nothing (a herd that grows with N). The
+    readers wait longest: the unlock frees the lock rather than hand it to a writer.
     """
     writer = rw(client, name, owner="w").write_lock()
     await writer.lock()
-    writers = [Holder(rw(client, name).write_lock()) for _ in range(3)]
     readers = [Holder(rw(client, name).read_lock()) for _ in range(2)]
+    await parked(client, name, 2, scripts)
+    writers = [Holder(rw(client, name).write_lock()) for _ in range(3)]
     await parked(client, name, 5, scripts)
     before = scripts.started.copy()
     await writer.unlock()

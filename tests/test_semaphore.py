@@ -16,10 +16,13 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
+from aiolock._engine.waiting import WaitingRoom
+from aiolock._net.scripts import Script, ScriptRunner
+from aiolock._objects.semaphore import SemaphoreState
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
-from .helpers import FAST, cancel_at, quiesce, wait_until
+from .helpers import FAST, cancel_at, gated_redis, quiesce, wait_until
 
 LIMIT = 10.0
 
@@ -137,6 +140,177 @@ async def test_a_wake_up_too_small_for_one_waiter_goes_to_the_next(
     await raw.delete(name)
 
 
+async def test_releases_in_a_row_wake_only_as_many_as_permits_left(offline: aiolock.Client) -> None:
+    """Redisson's release publishes the count available after it: releases of one permit
+    in a row publish "1", "2", "3". Each message wakes only the waiters its count leaves
+    for, less those woken already and yet to try: three in all, not 1 + 2 + 3 (each one
+    woken for nothing costs a script)."""
+    state = SemaphoreState(offline._settings, "s")
+    room = WaitingRoom()
+    waiters = [
+        room.add(state.chan, state.wake_count, shared=False, counts_available=True)
+        for _ in range(8)
+    ]
+    for count in (b"1", b"2", b"3"):
+        room.deliver(state.chan, count)
+    assert [w.event.is_set() for w in waiters] == [True] * 3 + [False] * 5
+    # One of them has tried (its waiter gone), and the count available is 3 again.
+    room.remove(state.chan, waiters[0], leaving=False)
+    room.deliver(state.chan, b"3")
+    assert [w.event.is_set() for w in waiters[1:]] == [True] * 3 + [False] * 4
+
+
+def _runs(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
+    """The scripts sent on ``name`` from now on: a list that grows as they are sent."""
+    sent: list[str] = []
+    run = ScriptRunner.run
+
+    async def counting(
+        self: ScriptRunner, script: Script, keys: list[str], args: list[str | int]
+    ) -> Any:
+        if keys and keys[0] == name:
+            sent.append(script.name)
+        return await run(self, script, keys, args)
+
+    monkeypatch.setattr(ScriptRunner, "run", counting)
+    return sent
+
+
+async def test_a_task_that_gives_back_and_takes_again_queues_behind_a_waiter(
+    client: aiolock.Client, raw: Redis, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No barging: a task that releases and takes again at once goes after the task waiting,
+    and no take runs for nothing (the woken waiter's finds the permit there)."""
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(1)
+    await sem.acquire()
+    order: list[str] = []
+
+    async def waiter() -> None:
+        async with sem:
+            order.append("waiter")
+
+    waiting = asyncio.create_task(waiter())
+    await wait_until(lambda: client._waiting.has_waiters(channel(name)), what="waiter in line")
+    await wait_until(lambda: not client._waiting.waiters(channel(name))[0].trying)
+    sent = _runs(monkeypatch, name)
+    await sem.release()
+    async with sem:  # straight back: before, it took the permit the release woke for
+        order.append("releaser")
+    await waiting
+    assert order == ["waiter", "releaser"]
+    # The release, the waiter's take and release, the releaser's take and release: no
+    # take for nothing (before, the releaser's took the permit and the waiter's ran empty).
+    assert sent == [
+        "semaphore_add",
+        "semaphore_acquire",
+        "semaphore_add",
+        "semaphore_acquire",
+        "semaphore_add",
+    ]
+    assert await permits(raw, name) == 1
+    await raw.delete(name)
+
+
+async def test_a_take_that_leaves_permits_lets_in_the_call_queued_behind_it(
+    make_client: ClientFactory, raw: Redis, redis_url: str, name: str
+) -> None:
+    """A call queued behind a waiter whose take is in flight, and the message of the permits
+    came before it queued: the take's reply says what it left, and the call gets in without
+    waiting for a message (none will come) or the re-check seconds later."""
+    redis, gate = gated_redis(redis_url)
+    client = gate.attach(aiolock.Client(redis))
+    try:
+        sem = client.semaphore(name)
+        assert await sem.try_set_permits(0)
+        ahead = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
+        await wait_until(lambda: client._waiting.has_waiters(channel(name)), what="in line")
+        await wait_until(lambda: not client._waiting.waiters(channel(name))[0].trying)
+        gate.arm("semaphore_acquire")
+        await make_client().semaphore(name).release(2)
+        async with asyncio.timeout(LIMIT):
+            await gate.sent.wait()
+        await wait_until(lambda: _permits_now(raw, name, 1), what="the take ran")
+        behind = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
+        await wait_until(lambda: client._waiting.waiting(name) == 2, what="queued behind")
+        gate.release.set()
+        async with asyncio.timeout(3):  # the re-check is 5 s away
+            assert await ahead
+            assert await behind
+        assert await permits(raw, name) == 0
+    finally:
+        await client.aclose()
+        await redis.aclose()
+    await raw.delete(name)
+
+
+async def test_a_take_a_message_counted_on_passes_its_wake_up_on(
+    make_client: ClientFactory, raw: Redis, redis_url: str, name: str
+) -> None:
+    """A release's message comes while a woken waiter's take is in flight, and counts on it
+    for the permit; but the take ran before that release and took an earlier one. The
+    waiter passes the wake-up on to the next waiter, which takes the permit at once."""
+    redis, gate = gated_redis(redis_url)
+    client = gate.attach(aiolock.Client(redis))
+    other = make_client().semaphore(name)
+    try:
+        sem = client.semaphore(name)
+        assert await sem.try_set_permits(0)
+        first = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
+        await wait_until(lambda: client._waiting.waiting(name) == 1, what="first waits")
+        await wait_until(lambda: _parked(client, name, 1), what="first parked")
+        second = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
+        await wait_until(lambda: _parked(client, name, 2), what="second parked")
+        gate.arm("semaphore_acquire")
+        await other.release()  # wakes the first, whose take is held
+        async with asyncio.timeout(LIMIT):
+            await gate.sent.wait()
+        await wait_until(lambda: _permits_now(raw, name, 0), what="the take ran")
+        await other.release()  # its message counts on the take in flight
+        await wait_until(lambda: _counted_on(client, name), what="the message came")
+        gate.release.set()
+        async with asyncio.timeout(3):  # the re-check is 5 s away
+            assert await first
+            assert await second
+        assert await permits(raw, name) == 0
+    finally:
+        await client.aclose()
+        await redis.aclose()
+    await raw.delete(name)
+
+
+async def test_a_call_does_not_queue_behind_a_waiter_that_found_too_few(
+    client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """Two permits, a waiter for three: a call for one takes one at once rather than queue
+    behind it (no message would come to wake it)."""
+    sem = client.semaphore(name)
+    assert await sem.try_set_permits(2)
+    big = asyncio.create_task(sem.try_acquire(3, wait=LIMIT))
+    await wait_until(lambda: _parked(client, name, 1), what="the big waiter parked")
+    async with asyncio.timeout(3):  # the re-check is 5 s away
+        assert await sem.try_acquire(1, wait=LIMIT)
+    assert not big.done()
+    await sem.release(2)
+    async with asyncio.timeout(LIMIT):
+        assert await big
+    assert await permits(raw, name) == 0
+    await raw.delete(name)
+
+
+async def _permits_now(raw: Redis, name: str, count: int) -> bool:
+    return await permits(raw, name) == count
+
+
+def _parked(client: aiolock.Client, name: str, count: int) -> bool:
+    waiters = client._waiting.waiters(channel(name))
+    return len(waiters) == count and not any(w.trying for w in waiters)
+
+
+def _counted_on(client: aiolock.Client, name: str) -> bool:
+    return any(w.trying and w.event.is_set() for w in client._waiting.waiters(channel(name)))
+
+
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
@@ -239,6 +413,29 @@ async def test_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str)
         await raw.set(name, 0)
 
     cases += await sweep(client, raw, name, woken, lambda r: 0 if r is True else 1, before=reset)
+
+    # Queued: a task of the client waits already, so the call queues behind it untried; a
+    # release of two lets both in (the call through the take of the one ahead, or the
+    # message). Cancelled, it takes nothing and its wake-up goes on: the one ahead gets in.
+    ahead: list[asyncio.Task[bool]] = []
+
+    async def waiter_ahead() -> None:
+        await raw.set(name, 0)
+        ahead.append(asyncio.create_task(sem.try_acquire(1, wait=LIMIT)))
+        await wait_until(lambda: client._waiting.has_waiters(channel(name)), what="in line")
+
+    async def queued() -> bool:
+        releaser = asyncio.create_task(sem.release(2))
+        try:
+            return await sem.try_acquire(1, wait=LIMIT)
+        finally:
+            await releaser
+            async with asyncio.timeout(LIMIT):
+                assert await ahead[-1]
+
+    cases += await sweep(
+        client, raw, name, queued, lambda r: 0 if r is True else 1, before=waiter_ahead
+    )
     assert cases >= 8
     await raw.delete(name)
 

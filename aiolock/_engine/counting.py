@@ -28,6 +28,7 @@ from .replies import script_error
 if TYPE_CHECKING:
     from ..events import SemaphoreKind
     from .primitive import Invocation, Waitable
+    from .waiting import Waiter
 
 __all__ = ("Counting",)
 
@@ -35,6 +36,8 @@ __all__ = ("Counting",)
 # A wait for a semaphore or a latch re-reads the state at least this often (seconds): a
 # lost message then costs at most this much latency. Their state has no lease to bound by.
 _RECHECK = 5.0
+# The turn of a call queued behind this client's waiters (no barging): it waits, untried.
+_QUEUED = Outcome(done=False)
 
 
 class Counting(Part):
@@ -242,58 +245,136 @@ class Counting(Part):
         message costs latency, never liveness (and by the attempt's own hint: the next
         permit to expire); a waiter woken for nothing passes its turn
         on, so a message that lets someone in is never spent on one that cannot use it.
+
+        No barging (``w.no_barging``): a call that finds this client's waiters on the
+        channel queues behind them without trying, and a take that leaves some available
+        wakes as many waiters as that lets in (``Outcome.left``), so the queue never sits
+        on something free.
         """
-        if (await attempt()).done:
-            return True
-        if wait == 0:
-            return False
-        loop = asyncio.get_running_loop()
-        deadline = None if wait is None else loop.time() + wait
         room = self._s.waiting
         channel = w.channel("")
+        queue = wait != 0 and w.no_barging and room.queues_behind(channel)
+        if not queue:
+            first = await self._first_look(channel, attempt)
+            if first or wait == 0:
+                return first
+        deadline = None if wait is None else asyncio.get_running_loop().time() + wait
         room.enter(w.key, "")
         self._core.events.wait_started(kind, w.name)
-        settled = False
         try:
-            while True:
-                remaining = None if deadline is None else deadline - loop.time()
-                sub = await self._s.dispatcher.subscribe(channel, remaining)
-                if sub is None:
-                    return False
-                try:
-                    while not sub.stale:
-                        waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
-                        leaving = True
-                        try:
-                            outcome = await attempt()
-                            # A message that is itself what the wait waits for (a latch's
-                            # "0") settles it, whatever the attempt found since.
-                            if outcome.done or settled or waiter.settled:
-                                leaving = False
-                                return True
-                            if outcome.spare:
-                                # Too little left for this call, but some: a waiter behind
-                                # may fit. It gets this call's wake-up, and this call waits
-                                # behind it (nothing is delivered in between: no await).
-                                room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                                waiter = room.add(channel, w.wake_count, shared=w.shared_waits)
-                            hint = outcome.wait
-                            bound = _RECHECK if hint is None else min(_RECHECK, hint)
-                            if deadline is not None:
-                                bound = min(bound, deadline - loop.time())
-                                if bound <= 0:
-                                    return False
-                            self._core.check_open()
-                            await waiter.wait(bound)
-                            self._core.check_open()
-                            leaving = False
-                            settled = waiter.settled
-                        finally:
-                            # Leaving without what it waits for (deadline, cancel, close):
-                            # a wake-up it was given goes on, as a lock waiter's does.
-                            room.remove(channel, waiter, leaving=leaving)
-                finally:
-                    sub.release()
+            return await self._wait_in_line(w, channel, attempt, deadline, queue=queue)
         finally:
             room.leave(w.key, "")
             self._core.events.wait_ended(kind, w.name)
+
+    async def _wait_in_line(
+        self,
+        w: Waitable,
+        channel: str,
+        attempt: Callable[[], Awaitable[Outcome]],
+        deadline: float | None,
+        *,
+        queue: bool,
+    ) -> bool:
+        """``_wait_for``'s wait, once the call is in the waiting room.
+
+        ``queue``: the call queues behind this client's waiters, untried, at first.
+        """
+        room = self._s.waiting
+        loop = asyncio.get_running_loop()
+        settled = False
+        while True:
+            remaining = None if deadline is None else deadline - loop.time()
+            sub = await self._s.dispatcher.subscribe(channel, remaining)
+            if sub is None:
+                return False
+            try:
+                while not sub.stale:
+                    # Decided with no await before the waiter is in line: those ahead
+                    # wake it as they leave (or take, leaving some).
+                    behind = queue and room.queues_behind(channel)
+                    queue = False
+                    waiter = room.add(
+                        channel,
+                        w.wake_count,
+                        shared=w.shared_waits,
+                        counts_available=w.counts_available,
+                    )
+                    leaving = True
+                    try:
+                        outcome = _QUEUED if behind else await _in_line(waiter, attempt)
+                        # A message that is itself what the wait waits for (a latch's
+                        # "0") settles it, whatever the attempt found since.
+                        if outcome.done or settled or waiter.settled:
+                            leaving = False
+                            self._took(w, channel, waiter, outcome.left)
+                            return True
+                        if outcome.spare:
+                            # Too little left for this call, but some: a waiter behind
+                            # may fit. It gets this call's wake-up, and this call waits
+                            # behind it (nothing is delivered in between: no await).
+                            room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                            waiter = room.add(
+                                channel,
+                                w.wake_count,
+                                shared=w.shared_waits,
+                                counts_available=w.counts_available,
+                            )
+                            waiter.short = True
+                        hint = outcome.wait
+                        bound = _RECHECK if hint is None else min(_RECHECK, hint)
+                        if deadline is not None:
+                            bound = min(bound, deadline - loop.time())
+                            if bound <= 0:
+                                return False
+                        self._core.check_open()
+                        await waiter.wait(bound)
+                        self._core.check_open()
+                        leaving = False
+                        settled = waiter.settled
+                    finally:
+                        # Leaving without what it waits for (deadline, cancel, close):
+                        # a wake-up it was given goes on, as a lock waiter's does, and
+                        # so does the turn of an attempt cut off (calls queued behind
+                        # it count on it).
+                        room.remove(channel, waiter, leaving=leaving, mid_attempt=waiter.trying)
+            finally:
+                sub.release()
+
+    async def _first_look(self, channel: str, attempt: Callable[[], Awaitable[Outcome]]) -> bool:
+        """The attempt a call makes before it waits (if it does not queue): True if done."""
+        outcome = await attempt()
+        if outcome.left:
+            # This client's waiters came after it was sent: let in what it left.
+            self._s.waiting.wake_left(channel, outcome.left)
+        return outcome.done
+
+    def _took(self, w: Waitable, channel: str, waiter: Waiter, left: int) -> None:
+        """A waiter took (or found) what it waits for, ``left`` left: wake whom that lets in.
+
+        Only where messages count what is available (the semaphore): else the waiter's
+        leaving is all.
+
+        A message that came while its take was in flight counted on it (it is awake).
+        Whether the take ran before that message's release (the permit is still there,
+        and ``left`` does not count it) or after it (the take may have had it) the reply
+        cannot tell: its wake-up goes on, at the price of one take for nothing at most.
+        """
+        if not w.counts_available:
+            return
+        room = self._s.waiting
+        counted_on = waiter.event.is_set()
+        # Out of line first: the wake-ups below are for others.
+        room.remove(channel, waiter, leaving=False)
+        if left:
+            room.wake_left(channel, left)
+        if counted_on:
+            room.pass_turn(channel)
+
+
+async def _in_line(waiter: Waiter, attempt: Callable[[], Awaitable[Outcome]]) -> Outcome:
+    """``attempt()`` by a call in line: a message meanwhile counts on it (``trying``)."""
+    waiter.trying = True
+    outcome = await attempt()
+    waiter.trying = False
+    return outcome

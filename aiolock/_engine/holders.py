@@ -25,8 +25,8 @@ __all__ = ("THREAD_OWNER_PREFIX", "HolderIds", "asking_for")
 #: under way in several tasks, and never are heirs.
 THREAD_OWNER_PREFIX = "aiolock-thread:"
 
-# The task whose holds a helper task asks about: a MultiLock or RedLock asks its members
-# at once, each in a task of its own, whether the task that called it holds them. A weak
+# The task whose holds a helper task asks about or takes: a MultiLock or RedLock asks (and
+# takes) its members at once, each in a task of its own, for the task that called it. A weak
 # reference, so that a task the helper's context reaches (a connection's reader) keeps
 # nothing alive.
 _asking_for: ContextVar[weakref.ref[asyncio.Task[Any]] | None] = ContextVar(
@@ -36,9 +36,10 @@ _asking_for: ContextVar[weakref.ref[asyncio.Task[Any]] | None] = ContextVar(
 
 @contextlib.contextmanager
 def asking_for(task: asyncio.Task[Any]) -> Iterator[None]:
-    """Tasks created in the body ask about ``task``'s holds.
+    """Tasks created in the body ask about, and take, ``task``'s holds.
 
-    Queries only: holds are taken and released by the calling task itself.
+    A MultiLock or RedLock asks its members at once this way, and takes them at once: the
+    holds taken are ``task``'s (renewed while it lives, released by it).
     """
     token = _asking_for.set(weakref.ref(task))
     try:
@@ -76,6 +77,15 @@ class HolderIds:
             ) from None
         if task is None:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        return self.of(task), task
+
+    def of_calling(self, task: asyncio.Task[Any]) -> tuple[str, asyncio.Task[Any]]:
+        """``current()`` for a call that looked up its task already."""
+        asked = _asking_for.get()
+        if asked is not None:
+            target = asked()
+            if target is not None:
+                return self.of(target), target
         return self.of(task), task
 
     def of(self, task: asyncio.Task[Any]) -> str:

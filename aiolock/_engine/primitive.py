@@ -54,6 +54,10 @@ class Outcome(NamedTuple):
     #: Not done, but something is left another waiter could use (fewer permits than this
     #: call asked for): a wake-up it was given goes on to the next waiter.
     spare: bool = False
+    #: Done, and this many are left that waiters behind could use (a semaphore's permits
+    #: left after the take): the call wakes that many of this client's waiters itself, so
+    #: none of them waits with permits free for a message that has come and gone.
+    left: int = 0
 
 
 class Call(NamedTuple):
@@ -104,6 +108,14 @@ class Waitable:
     #: A successful take leaves a receipt under its tombstone's name (the semaphore), to
     #: delete once the take has returned.
     receipts: ClassVar[bool] = False
+    #: A message's count is how many are available in all (a semaphore's permits), not
+    #: how many it frees: waiters woken already are counted in it (``WaitingRoom.add``).
+    counts_available: ClassVar[bool] = False
+    #: Newcomers queue behind this client's waiters instead of barging (lock types whose
+    #: release wakes one waiter, the semaphore): else the task that just released, trying
+    #: at once, re-takes what its release woke a waiter for, whose attempt then runs for
+    #: nothing.
+    no_barging: ClassVar[bool] = False
 
     def __init__(self, settings: Settings, name: str) -> None:
         self.settings = settings
@@ -131,10 +143,6 @@ class Primitive(Waitable):
 
     __slots__ = ()
 
-    #: Newcomers queue behind this client's waiters instead of barging (lock types whose
-    #: release wakes one waiter): else the task that just released, trying at once,
-    #: re-takes the lock before the waiter woken by the release message can.
-    no_barging: ClassVar[bool] = False
     #: A release that frees the lock may hand it straight to a waiter of the same client
     #: (``release(heir=...)``), saving a message and the waiters' attempts; only to a
     #: waiter whose primitive takes it (:meth:`takes_hand_over`).

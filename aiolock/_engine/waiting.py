@@ -48,6 +48,8 @@ class Waiter:
         "parked_as",
         "settled",
         "shared",
+        "short",
+        "trying",
         "woken_by_message",
     )
 
@@ -55,6 +57,12 @@ class Waiter:
         self.event = asyncio.Event()
         self.shared = shared
         self.woken_by_message = False
+        #: Its call's attempt is in flight (a counting object's take): it may take what
+        #: a message says is available, so the message counts on it (``_Line.wake``).
+        self.trying = False
+        #: Its call's last attempt found some available but fewer than it asks for: a
+        #: newcomer does not queue behind it (``queues_behind``).
+        self.short = False
         #: A message that is itself what the wait waits for reached it (see SETTLES).
         self.settled = False
         #: The call, while it is parked in wait() (and so may be offered a hand-over), and
@@ -86,26 +94,44 @@ class Waiter:
 class _Line:
     """The waiters of one channel, oldest first."""
 
-    __slots__ = ("shared", "waiters", "wake_count", "watchers")
+    __slots__ = ("counts_available", "shared", "waiters", "wake_count", "watchers")
 
-    def __init__(self, wake_count: WakeCount) -> None:
+    def __init__(self, wake_count: WakeCount, *, counts_available: bool = False) -> None:
         self.wake_count = wake_count
+        # A message's count is what is available now (a semaphore's permits), not what
+        # the message frees: the waiters woken already, yet to try, are counted in it.
+        self.counts_available = counts_available
         # Insertion-ordered set: the longest-registered waiter is woken first.
         self.waiters: dict[Waiter, None] = {}
         self.shared = 0
         # Of the shared ones, those that only watch the channel (Engine.watch_taken).
         self.watchers: set[Waiter] = set()
 
-    def wake(self, count: int | None, *, shared: bool = True) -> int:
+    def wake(self, count: int | None, *, shared: bool = True, available: bool = False) -> int:
         """Wake up to ``count`` exclusive waiters (None or SETTLES: all), oldest first.
 
-        Every shared waiter wakes too, unless ``shared=False``. Returns how many exclusive
-        ones woke.
+        Every shared waiter wakes too, unless ``shared=False``. ``available``: ``count`` is
+        what is available in all, not how many turns are given (a turn passed on is one,
+        whoever else is awake). Returns how many exclusive ones woke.
         """
         if count == SETTLES:
             for waiter in self.waiters:
                 waiter.settled = True
             count = None
+        elif count is not None and available and self.counts_available:
+            # Releases in a row publish 1, 2, 3...: each wakes only those the permits
+            # left for them let in, not that many more each. Those woken already and yet
+            # to try take them first, then those whose attempt is in flight: each of
+            # these it counts on is woken too, so that one whose attempt ran too early to
+            # see them tries again (and one that took passes a turn on: Engine._wait_for).
+            count -= sum(1 for w in self.waiters if w.event.is_set() and not w.shared)
+            for waiter in self.waiters:
+                if count <= 0:
+                    break
+                if waiter.trying and not waiter.event.is_set():
+                    waiter.woken_by_message = True
+                    waiter.event.set()
+                    count -= 1
         # Shared waiters may sit anywhere in the order: then the whole line is walked.
         walk_all = shared and self.shared > 0
         woken = 0
@@ -140,16 +166,24 @@ class WaitingRoom:
     # -- waiters --------------------------------------------------------------------------
 
     def add(
-        self, channel: str, wake_count: WakeCount, *, shared: bool, watch: bool = False
+        self,
+        channel: str,
+        wake_count: WakeCount,
+        *,
+        shared: bool,
+        watch: bool = False,
+        counts_available: bool = False,
     ) -> Waiter:
         """Register a fresh waiter on ``channel``; messages from now on may wake it.
 
         ``watch``: a shared waiter of a holder watching its own lock's channel, which
         waits for no lock: no newcomer queues behind it (``has_waiters``).
+        ``counts_available``: the channel's messages say how many are available in all
+        (a semaphore's), so a message wakes that many less those woken already.
         """
         line = self._lines.get(channel)
         if line is None:
-            line = self._lines[channel] = _Line(wake_count)
+            line = self._lines[channel] = _Line(wake_count, counts_available=counts_available)
         waiter = Waiter(shared=shared or watch)
         line.waiters[waiter] = None
         if waiter.shared:
@@ -196,12 +230,17 @@ class WaitingRoom:
         no hand-over from ``releaser`` (a fenced lock's waiter behind a plain lock's
         holder, on their shared channel). That waiter is not passed
         over for a younger one: the release then frees the lock and its message wakes
-        that waiter to try itself, in its turn.
+        that waiter to try itself, in its turn. Nor is a reader waiting longer than the
+        oldest exclusive waiter passed over (a read-write lock's channel).
         """
         line = self._lines.get(channel)
         if line is None:
             return None
         for waiter in line.waiters:
+            if waiter.shared and waiter not in line.watchers:
+                # A reader waits longer than any writer after it: the release frees the
+                # lock, and its message lets the readers in (a write lock's release).
+                return None
             call = waiter.parked
             p = waiter.parked_as
             if (
@@ -217,6 +256,15 @@ class WaitingRoom:
                 takes = call.receipt is None and p.takes_hand_over(releaser)
                 return (waiter, call, p) if takes else None
         return None
+
+    def queues_behind(self, channel: str) -> bool:
+        """Whether a newcomer on ``channel`` waits behind this client's waiters untried.
+
+        Not behind those only that found too few for them: what is there may be enough
+        for the newcomer, and no message may come to say so.
+        """
+        line = self._lines.get(channel)
+        return line is not None and any(not (w.shared or w.short) for w in line.waiters)
 
     def has_waiters(self, channel: str) -> bool:
         """Whether calls of this client wait on ``channel`` (watchers wait for nothing)."""
@@ -234,7 +282,24 @@ class WaitingRoom:
         """A message on ``channel``: wake as many waiters as it lets in."""
         line = self._lines.get(channel)
         if line is not None:
-            line.wake(line.wake_count(data))
+            line.wake(line.wake_count(data), available=True)
+
+    def wake_left(self, channel: str, left: int) -> None:
+        """A take left ``left`` available (a semaphore's permits): wake that many waiters.
+
+        Less those woken already or trying (as a message's count): a waiter that queued
+        behind this client's waiters without trying (no barging) gets in without a
+        message.
+        """
+        line = self._lines.get(channel)
+        if line is not None:
+            line.wake(left, shared=False, available=True)
+
+    def pass_turn(self, channel: str) -> None:
+        """Wake the oldest exclusive waiter not awake: a wake-up given on goes on."""
+        line = self._lines.get(channel)
+        if line is not None:
+            line.wake(1, shared=False)
 
     def wake_all(self, channel: str) -> None:
         """Wake every waiter on ``channel``: messages may have been lost (a resubscribe)."""

@@ -1,14 +1,18 @@
 """Locks over several locks: the MultiLock (all of them) and the RedLock (a majority).
 
 Client-side only, as in Redisson: each member keeps its own keys, channel, waiters and
-watchdog, and nothing of the composite is stored. The members are taken one after
-another, in the calling task (a lock belongs to the task that took it), in an order every
-process agrees on (by name and lock type, then as given), so two composites over the same
-locks never wait for each other in a circle (Redisson takes them as listed: its issues
-#1160 and #467). What Redisson gets wrong and these do not: a failed or cancelled attempt
-gives back every member it took, an unlock tries every member even when one fails (the
-sync MultiLock unlock stops at the first failure), and a lease is used as given, never
-converted again on each retry (Redisson's MultiLock multiplies it by 1000 per cycle).
+watchdog, and nothing of the composite is stored. The members are asked at once, each in
+a task of its own that takes it for the calling task (a lock belongs to the task that took
+it: ``asking_for``), so that members on servers far apart cost one round trip, not one
+each (Redisson takes them one after another). A MultiLock waits for a member only in an
+order every process agrees on (by name and lock type, then as given), holding none after
+it, so two composites over the same locks never wait for each other in a circle (Redisson
+takes them as listed: its issues #1160 and #467). An unlock, and a failed attempt's give
+back, release the members at once too. What Redisson gets wrong and these do not: a failed
+or cancelled attempt gives back every member it took, an unlock tries every member even
+when one fails (the sync MultiLock unlock stops at the first failure), and a
+lease is used as given, never converted again on each retry (Redisson's MultiLock
+multiplies it by 1000 per cycle).
 """
 
 from __future__ import annotations
@@ -18,46 +22,43 @@ import logging
 import random
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from redis.exceptions import RedisError
 
 from .._config import TimeArg
 from .._engine.guard import Hold, guarded_hold
 from .._engine.holders import asking_for
-from .._exceptions import LockError, LockLostError
+from .._exceptions import LockError
 from .handle import Acquirable, LockHandle, LockStatistics, extend_seconds
+from .members import (
+    QUERY_CALL,
+    T,
+    ask,
+    give_back,
+    took,
+    try_member,
+    within,
+)
 
-__all__ = ("MultiLock", "RedLock")
+__all__ = ("MIN_CALL", "Composite", "Left", "MultiLock")
 
 log = logging.getLogger("aiolock")
 
-# RedLock's allowance for clock drift between the servers: 1 % of the lease plus 2 ms,
-# as the Redlock algorithm suggests.
-_DRIFT_FACTOR = 0.01
-_DRIFT_MS = 2
 # The longest pause between two rounds of taking the members (seconds).
 _RETRY_PAUSE = 0.05
 # The least time a member's call is given, whatever is left of the wait or the validity
 # (seconds): one round trip on a loaded machine, so that a member that answers is not cut
 # off for want of time, while a hung server costs no more than that.
-_MIN_CALL = 0.25
-# A RedLock member's call in the first round when neither a wait nor a lease bounds it.
-_UNBOUNDED_CALL = 1.5
-# How long a query (is_locked() and the like) waits for the members' answers, and an
-# unlock for each member's (seconds): a frozen server costs that, not its connection's
-# timeout. As long as the first round's call: an answer comes in milliseconds.
-_QUERY_CALL = _UNBOUNDED_CALL
-
-T = TypeVar("T")
+MIN_CALL = 0.25
 
 
 @dataclass(frozen=True, slots=True)
-class _Left:
-    """The time left while taking one member.
+class Left:
+    """The time left while taking the members.
 
-    Of the wait and of the validity (None: no bound), and how many members are still to
-    try, this one included.
+    Of the wait and of the validity (None: no bound), and how many members share it (a
+    RedLock member waits for its lock a share of the time, as Redisson's does).
     """
 
     wait: float | None
@@ -65,26 +66,7 @@ class _Left:
     members: int
 
 
-async def _within(bound: float | None, call: Coroutine[Any, Any, bool]) -> bool:
-    """``call``'s result, or False if it is still under way after ``bound`` seconds.
-
-    Cut off, the member's call is cancelled: its engine undoes an acquire that landed
-    (now, or once the server answers again), as for any cancelled call. An outer cancel
-    still raises CancelledError.
-    """
-    if bound is None:
-        return await call
-    scope = asyncio.timeout(bound)
-    try:
-        async with scope:
-            return await call
-    except TimeoutError:
-        if scope.expired():
-            return False
-        raise
-
-
-class _Composite(Acquirable):
+class Composite(Acquirable):
     """What the MultiLock and the RedLock share: members, order, taking and giving back."""
 
     __slots__ = ("_members", "_name", "_quorum")
@@ -125,32 +107,13 @@ class _Composite(Acquirable):
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         budget = self._budget(lease)
-        allowed = len(self._members) - self._quorum
         first = True
         while True:
             started = loop.time()
-            taken: list[LockHandle] = []
-            failed = 0
-            try:
-                for index, member in enumerate(self._members):
-                    now = loop.time()
-                    time_left = _Left(
-                        wait=None if deadline is None else max(0.0, deadline - now),
-                        valid=None if budget is None else max(0.0, budget - (now - started)),
-                        members=len(self._members) - index,
-                    )
-                    if await self._take(member, time_left, lease, first=first, timed=timed):
-                        taken.append(member)
-                        continue
-                    failed += 1
-                    if failed > allowed:
-                        break
-            except BaseException:
-                await _give_back(taken)
-                raise
+            taken = await self._round(deadline, budget, started, lease, first=first, timed=timed)
             if len(taken) >= self._quorum and self._valid(budget, loop.time() - started):
                 return True
-            await _give_back(taken)
+            await give_back(taken)
             first = False
             # Too few, or taken too slowly to be valid: again, while time is left, after a
             # short random pause so that rivals that failed together do not collide again.
@@ -162,21 +125,158 @@ class _Composite(Acquirable):
                 pause = min(pause, left)
             await asyncio.sleep(pause)
 
+    def _left(self, deadline: float | None, budget: float | None, started: float) -> Left:
+        """The time left now of the wait (to ``deadline``) and of the validity."""
+        now = asyncio.get_running_loop().time()
+        return Left(
+            wait=None if deadline is None else max(0.0, deadline - now),
+            valid=None if budget is None else max(0.0, budget - (now - started)),
+            members=len(self._members),
+        )
+
+    async def _round(
+        self,
+        deadline: float | None,
+        budget: float | None,
+        started: float,
+        lease: float | None,
+        *,
+        first: bool,
+        timed: bool,
+    ) -> list[LockHandle]:
+        """One round of taking the members: those taken (on a failure or cancel: none).
+
+        On a member's error or a cancel, what was taken is given back and it is raised.
+
+        The MultiLock: every member tried at once without waiting for it, then, from the
+        first one not free (in the fixed order), one after another, waiting for each: a
+        task waits for a member only while it holds none after it, so two MultiLocks over
+        the same locks never wait for each other in a circle. The RedLock: every member
+        at once in every round (its rounds wait for each member a share of the time only).
+        """
+        members = self._members
+        if self._quorum < len(members):
+            # The RedLock: a round stops early once it cannot reach the quorum; once it
+            # has, after the first round (whose tries do not wait), the members still
+            # waiting for their locks are not waited for (their engines undo them).
+            allowed = len(members) - self._quorum
+            left = self._left(deadline, budget, started)
+            return await self._at_once(
+                members,
+                left,
+                lease,
+                first=first,
+                timed=timed,
+                enough=lambda taken, failed: (
+                    failed > allowed or (not first and taken >= self._quorum)
+                ),
+            )
+        # The MultiLock: all at once, without waiting (the usual case: one round trip).
+        left = self._left(deadline, budget, started)
+        done = await self._at_once(
+            members,
+            left,
+            lease,
+            first=True,
+            timed=timed,
+            enough=lambda taken, failed: False,
+        )
+        if len(done) == len(members) or left.wait == 0:
+            return done
+        # The members taken before the first one not free are kept; those after it are
+        # given back, so that this task holds none after a member it waits for.
+        kept = 0
+        while kept < len(members) and members[kept] in done:
+            kept += 1
+        taken = members[:kept]
+        await give_back([m for m in done if m not in taken])
+        try:
+            for member in members[kept:]:
+                left = self._left(deadline, budget, started)
+                if not await self._take(member, left, lease, first=False, timed=timed):
+                    break
+                taken.append(member)
+        except BaseException:
+            await give_back(taken)
+            raise
+        return taken
+
+    async def _at_once(
+        self,
+        members: list[LockHandle],
+        left: Left,
+        lease: float | None,
+        *,
+        first: bool,
+        timed: bool,
+        enough: Callable[[int, int], bool],
+    ) -> list[LockHandle]:
+        """Take ``members`` at once for the calling task: those taken, in their order.
+
+        Each in a task of its own that takes it for the calling task (``asking_for``).
+
+        The tries still under way once ``enough(taken, failed)`` holds are cancelled:
+        their engines undo what they took. On a member's error or an outer cancel, every
+        try is cancelled and waited for, every member taken is given back, and the error
+        (the cancel first) is raised.
+        """
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        with asking_for(task):
+            tries = [
+                asyncio.create_task(self._take(member, left, lease, first=first, timed=timed))
+                for member in members
+            ]
+        cancelled: asyncio.CancelledError | None = None
+        pending = set(tries)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                if any(t.exception() is not None for t in done if not t.cancelled()):
+                    break
+                count = sum(1 for t in tries if took(t))
+                if enough(count, sum(1 for t in tries if t.done()) - count):
+                    break
+        except asyncio.CancelledError as exc:
+            cancelled = exc
+        for pending_try in pending:
+            pending_try.cancel()
+        # A try cancelled ends soon: its engine undoes what landed, or will once its
+        # server answers. Waited for even through another cancel, so that a member it
+        # took before the cancel reached it is known, and given back.
+        while True:
+            try:
+                await asyncio.wait(tries)
+                break
+            except asyncio.CancelledError as exc:
+                cancelled = exc
+        # Every try's error is read (one never read is logged when the task is collected).
+        errors = [t.exception() for t in tries if not t.cancelled()]
+        error = next((e for e in errors if e is not None), None)
+        taken = [member for member, t in zip(members, tries, strict=True) if took(t)]
+        if cancelled is not None or error is not None:
+            await give_back(taken)
+            raise cancelled if cancelled is not None else error  # type: ignore[misc]
+        return taken
+
     async def _take(
-        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool, timed: bool
+        self, member: LockHandle, left: Left, lease: float | None, *, first: bool, timed: bool
     ) -> bool:
         """Take one member in the time ``left``; a connection error is raised (see RedLock).
 
-        ``first``: in the first round of taking the members. The member waits for the lock
-        as long as the wait has left; its call as a whole, round trips included, ends
-        shortly after that or when the validity runs out (a hung server cannot hold the
-        MultiLock past either), and a call cut off counts as not taken.
+        ``first``: a MultiLock's try of every member at once, which waits for no lock.
+        Else the member waits for the lock as long as the wait has left. Either way its
+        call as a whole, round trips included, ends shortly after the wait or when the
+        validity runs out (a hung server cannot hold the MultiLock past either), and a
+        call cut off counts as not taken.
         """
-        bound = None if left.wait is None else left.wait + _MIN_CALL
+        bound = None if left.wait is None else left.wait + MIN_CALL
         if left.valid is not None:
-            valid = max(left.valid, _MIN_CALL)
+            valid = max(left.valid, MIN_CALL)
             bound = valid if bound is None else min(bound, valid)
-        return await _within(bound, _try(member, left.wait, lease, timed=timed))
+        wait = 0.0 if first else left.wait
+        return await within(bound, try_member(member, wait, lease, timed=timed))
 
     def _budget(self, lease: float | None) -> float | None:
         """How long taking the members may last with ``lease`` (None: any time)."""
@@ -225,7 +325,7 @@ class _Composite(Acquirable):
         were released).
         """
         members = self._to_release()
-        errors = await _give_back(members, report=False)
+        errors = await give_back(members, report=False)
         self._check_release(len(members) - len(errors), errors)
 
     def _check_release(self, released: int, errors: list[BaseException]) -> None:
@@ -243,7 +343,7 @@ class _Composite(Acquirable):
         members = self._to_release()
         errors: list[BaseException] = []
         for member in members:
-            scope = asyncio.timeout(_QUERY_CALL)
+            scope = asyncio.timeout(QUERY_CALL)
             try:
                 async with scope:
                     await member.extend(seconds)
@@ -268,50 +368,8 @@ class _Composite(Acquirable):
         query: Callable[[LockHandle], Coroutine[Any, Any, T]],
         decided: Callable[[list[T]], bool] = lambda answers: False,
     ) -> list[T]:
-        """The answers of the members that answer ``query`` within ``_QUERY_CALL``.
-
-        Asked at once, each in a task of its own that asks about the calling task's holds
-        (``asking_for``), so that one member's frozen server costs the bound, not its
-        connection's timeout; the rest are no longer waited for once ``decided(answers)``.
-        A member that does not answer in time counts as one that is not held (its query,
-        read-only, is cancelled); a member whose server fails too, for a RedLock (a
-        MultiLock raises the error). An outer cancel raises CancelledError.
-        """
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
-        with asking_for(task):
-            asking = [asyncio.create_task(query(member)) for member in self._members]
-        pending = set(asking)
-        scope = asyncio.timeout(_QUERY_CALL)
-        try:
-            async with scope:
-                while pending and not decided(_answers(asking)):
-                    _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        except TimeoutError:
-            if not scope.expired():
-                raise
-        finally:
-            for asked in pending:
-                asked.cancel()
-            if pending:
-                # Read-only queries, cancelled: they end at once (no need to wait out a
-                # server); waited for so that none is left behind or its error unread.
-                await asyncio.wait(pending)
-        raised: BaseException | None = None
-        for member, asked in zip(self._members, asking, strict=True):
-            if asked.cancelled():
-                log.info("aiolock: %r: member %r did not answer in time", self, member.name)
-                continue
-            # Every task's error is read, the ones after the first raised included: an
-            # error never read is logged ("Task exception was never retrieved") when the
-            # task is collected, wherever that happens.
-            error = asked.exception()
-            if error is not None and raised is None and not self._unanswered(member, error):
-                raised = error
-        if raised is not None:
-            raise raised
-        return _answers(asking)
+        """The members' answers to ``query`` (``members.ask``)."""
+        return await ask(self, self._members, query, decided, self._unanswered)
 
     def _unanswered(self, member: LockHandle, error: BaseException) -> bool:
         """Whether a member whose query failed with ``error`` counts as not held.
@@ -375,7 +433,7 @@ class _Composite(Acquirable):
         )
 
 
-class MultiLock(_Composite):
+class MultiLock(Composite):
     """All of several locks, or none: ``aiolock.MultiLock(lock_a, lock_b, ...)``.
 
     Members may be of any lock type and on different clients and servers. The calling task
@@ -394,143 +452,3 @@ class MultiLock(_Composite):
 
     def __init__(self, *locks: LockHandle) -> None:
         super().__init__("MultiLock", locks)
-
-
-class RedLock(_Composite):
-    """A majority of locks on independent servers: ``aiolock.RedLock(lock_1, lock_2, lock_3)``.
-
-    The Redlock algorithm: the calling task tries each member within the time left; the
-    RedLock is held once a majority (n // 2 + 1) is, provided that, with an explicit lease,
-    the time taken plus a clock-drift allowance (1 % of the lease + 2 ms) is shorter than
-    the lease. A member whose server fails, or does not answer within its share of the time
-    left (of the wait and of the validity, split evenly among the members still to try;
-    1.5 s in the first round when neither bounds it), counts as one not taken: its call is
-    cancelled, and whatever it took is undone once the server answers. Otherwise every
-    member taken is given back and, within ``wait``, it tries again. The queries ask the
-    members at once and count one that fails or does not answer within 1.5 s as not held
-    (the RedLock is held while a majority answers held, which returns as soon as it
-    does); an unlock waits 1.5 s at most for a member, whose release then finishes in the
-    background. The members should be locks of clients on independent servers (the same
-    name on each); on one server a RedLock is just a slower lock.
-    """
-
-    __slots__ = ()
-
-    def __init__(self, *locks: LockHandle) -> None:
-        super().__init__("RedLock", locks)
-
-    @staticmethod
-    def _quorum_of(count: int) -> int:
-        return count // 2 + 1
-
-    async def _take(
-        self, member: LockHandle, left: _Left, lease: float | None, *, first: bool, timed: bool
-    ) -> bool:
-        # Each member gets an equal share of the time left (of the wait and of the
-        # validity, whichever is shorter), so that one busy, slow or hung server does not
-        # eat the time the others need: the Redlock algorithm's per-server timeout. The
-        # first round waits for nobody: a majority free is taken at once, whoever holds
-        # the rest; later rounds let each member wait for its lock for its share.
-        limits = [time / left.members for time in (left.wait, left.valid) if time is not None]
-        share = min(limits) if limits else None
-        if share is None:
-            # Neither a wait nor a lease: no time runs out, but a hung server must not
-            # hold up the first round for long (Redisson's RedLock allows 1.5 s a member).
-            wait, bound = (0.0, _UNBOUNDED_CALL) if first else (None, None)
-        else:
-            wait = 0.0 if first else share
-            # Beyond its own wait, a member's round trip gets the rest of its share, and
-            # at least the minimum any call needs.
-            bound = wait + max(share - wait, _MIN_CALL)
-        try:
-            return await _within(bound, _try(member, wait, lease, timed=timed))
-        except (RedisError, OSError) as exc:
-            # A server down is what a RedLock tolerates: the member is not taken. (Were
-            # its acquire on its way when the connection failed, its client undoes it.)
-            log.info("aiolock: RedLock %r: member %r failed: %r", self._name, member.name, exc)
-            return False
-
-    def _unanswered(self, member: LockHandle, error: BaseException) -> bool:
-        # As when taking it: a server down is a member not held.
-        if isinstance(error, (RedisError, OSError)):
-            log.info("aiolock: %r: member %r failed: %r", self, member.name, error)
-            return True
-        return False
-
-    def _budget(self, lease: float | None) -> float | None:
-        if lease is None:
-            return None
-        return lease - (lease * _DRIFT_FACTOR + _DRIFT_MS / 1000)
-
-    def _to_release(self) -> list[LockHandle]:
-        # A minority may never have been taken (a server down): those this client does not
-        # believe held are left alone, rather than sent an unlock a down server would make
-        # it resend for a lease. (A hold it does not know of, an acquire whose answer was
-        # lost, its client gives back by itself.)
-        held = [member for member in self._members if member.statistics().hold_count]
-        return held if len(held) >= self._quorum else self._members
-
-    def _check_release(self, released: int, errors: list[BaseException]) -> None:
-        # Only fewer than a majority released is a failure.
-        if released >= self._quorum:
-            return
-        for error in errors:
-            if isinstance(error, LockLostError):
-                raise error
-        if errors:
-            raise errors[0]
-
-
-async def _try(member: LockHandle, wait: float | None, lease: float | None, *, timed: bool) -> bool:
-    """``member.try_lock(wait, lease)`` (checked already), timed for a guarded hold."""
-    return await member._acquire(wait, lease, timed=timed)
-
-
-def _answers(asking: list[asyncio.Task[T]]) -> list[T]:
-    """The answers of the queries in ``asking`` that returned one."""
-    return [
-        asked.result()
-        for asked in asking
-        if asked.done() and not asked.cancelled() and asked.exception() is None
-    ]
-
-
-async def _give_back(members: list[LockHandle], *, report: bool = True) -> list[BaseException]:
-    """Unlock each of ``members``, last taken first; return the failures.
-
-    Every one is tried even if some fail or the caller is cancelled meanwhile (a cancelled
-    unlock finishes in the background). A member's unlock still unanswered after
-    ``_QUERY_CALL`` is cut off and finishes in the background too (its client resends it
-    until the server answers; its renewal, frozen with the server, lets the lease end
-    meanwhile): not a failure, the release is under way. Failures are logged when
-    ``report``.
-    """
-    errors: list[BaseException] = []
-    cancelled: asyncio.CancelledError | None = None
-    for member in reversed(members):
-        scope = asyncio.timeout(_QUERY_CALL)
-        try:
-            async with scope:
-                await member.unlock()
-        except TimeoutError as exc:
-            if not scope.expired():
-                # The member's own error (a socket timeout), not this bound.
-                if report:
-                    log.warning("aiolock: giving back %r failed: %r", member.name, exc)
-                errors.append(exc)
-                continue
-            log.warning(
-                "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
-                member.name,
-                _QUERY_CALL,
-            )
-        except asyncio.CancelledError as exc:
-            # That unlock finishes in the background; the others are still made.
-            cancelled = exc
-        except (LockError, RedisError, OSError) as exc:
-            if report:
-                log.warning("aiolock: giving back %r failed: %r", member.name, exc)
-            errors.append(exc)
-    if cancelled is not None:
-        raise cancelled
-    return errors

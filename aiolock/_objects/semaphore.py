@@ -39,6 +39,9 @@ class PermitCount(Waitable):
 
     __slots__ = ("chan",)
 
+    # Redisson's release publishes the count available after it, not the permits freed.
+    counts_available = True
+
     def __init__(self, settings: Settings, name: str) -> None:
         super().__init__(settings, name)
         self.chan = semaphore_channel(self.key)
@@ -77,6 +80,11 @@ class SemaphoreState(PermitCount):
     __slots__ = ()
 
     receipts = True
+    # A task that releases and takes again at once queues behind this client's waiters:
+    # else it re-takes the permit its release woke one of them for, whose attempt runs
+    # for nothing (4 permits, 16 tasks: 3.3 scripts per acquisition instead of 2). A
+    # take that leaves permits wakes as many waiters itself (Outcome.left).
+    no_barging = True
 
     def take(self, permits: int, receipt: str) -> Invocation:
         return Invocation(
@@ -108,9 +116,9 @@ class SemaphoreState(PermitCount):
 
 
 def _taken(reply: Any) -> Outcome:
-    """``{1}``: taken; ``{0, n}``: not, with n permits available (fewer than asked)."""
+    """``{1, left}``: taken, ``left`` permits left; ``{0, n}``: not, n available (too few)."""
     if int(reply[0]) == 1:
-        return Outcome(done=True)
+        return Outcome(done=True, left=int(reply[1]))
     return Outcome(done=False, spare=int(reply[1]) > 0)
 
 

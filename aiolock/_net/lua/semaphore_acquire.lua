@@ -5,8 +5,9 @@
 -- ARGV[1]  permits to take (>= 1)
 -- ARGV[2]  receipt TTL in ms
 --
--- Returns {1} if the permits were taken, {0, available} if fewer are available (nothing
--- changes), {0, 0} if the attempt was rolled back already.
+-- Returns {1, left} if the permits were taken (left: the permits available after the take,
+-- which the caller's client wakes that many of its waiters for), {0, available} if fewer
+-- are available (nothing changes), {0, 0} if the attempt was rolled back already.
 --
 -- Redisson's tryAcquire has no receipt: a resend of one whose reply was lost takes the
 -- permits twice. Here a resend finds the receipt and answers 1 again without taking more,
@@ -21,7 +22,8 @@ check_count(ARGV[1], false)
 local receipt = redis.call('get', KEYS[2])
 if receipt then
     if receipt == 'taken' then
-        return {1}
+        -- A resend: what is left now, as the first send would have said.
+        return {1, math.max(0, tonumber(redis.call('get', KEYS[1])) or 0)}
     end
     return {0, 0}
 end
@@ -29,6 +31,6 @@ local available = tonumber(redis.call('get', KEYS[1])) or 0
 if available < tonumber(ARGV[1]) then
     return {0, available}
 end
-redis.call('decrby', KEYS[1], ARGV[1])
+local left = redis.call('decrby', KEYS[1], ARGV[1])
 redis.call('set', KEYS[2], 'taken', 'px', ARGV[2])
-return {1}
+return {1, left}

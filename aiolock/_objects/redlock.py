@@ -1,0 +1,112 @@
+"""The RedLock: a majority of locks on independent servers (the Redlock algorithm).
+
+What it shares with the MultiLock (members, order, taking and giving back at once) is
+``multilock.Composite``; this module holds what differs: the quorum, each member's share
+of the time left, the clock-drift allowance, and a server down counted as a member not
+taken.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.exceptions import RedisError
+
+from .._exceptions import LockLostError
+from .handle import LockHandle
+from .members import UNBOUNDED_CALL, try_member, within
+from .multilock import MIN_CALL, Composite, Left
+
+__all__ = ("RedLock",)
+
+log = logging.getLogger("aiolock")
+
+# RedLock's allowance for clock drift between the servers: 1 % of the lease plus 2 ms,
+# as the Redlock algorithm suggests.
+_DRIFT_FACTOR = 0.01
+_DRIFT_MS = 2
+
+
+class RedLock(Composite):
+    """A majority of locks on independent servers: ``aiolock.RedLock(lock_1, lock_2, lock_3)``.
+
+    The Redlock algorithm: the calling task tries each member within the time left; the
+    RedLock is held once a majority (n // 2 + 1) is, provided that, with an explicit lease,
+    the time taken plus a clock-drift allowance (1 % of the lease + 2 ms) is shorter than
+    the lease. A member whose server fails, or does not answer within its share of the time
+    left (of the wait and of the validity, split evenly among the members still to try;
+    1.5 s in the first round when neither bounds it), counts as one not taken: its call is
+    cancelled, and whatever it took is undone once the server answers. Otherwise every
+    member taken is given back and, within ``wait``, it tries again. The queries ask the
+    members at once and count one that fails or does not answer within 1.5 s as not held
+    (the RedLock is held while a majority answers held, which returns as soon as it
+    does); an unlock waits 1.5 s at most for a member, whose release then finishes in the
+    background. The members should be locks of clients on independent servers (the same
+    name on each); on one server a RedLock is just a slower lock.
+    """
+
+    __slots__ = ()
+
+    def __init__(self, *locks: LockHandle) -> None:
+        super().__init__("RedLock", locks)
+
+    @staticmethod
+    def _quorum_of(count: int) -> int:
+        return count // 2 + 1
+
+    async def _take(
+        self, member: LockHandle, left: Left, lease: float | None, *, first: bool, timed: bool
+    ) -> bool:
+        # Each member gets an equal share of the time left (of the wait and of the
+        # validity, whichever is shorter), so that one busy, slow or hung server does not
+        # eat the time the others need: the Redlock algorithm's per-server timeout. The
+        # first round waits for nobody: a majority free is taken at once, whoever holds
+        # the rest; later rounds let each member wait for its lock for its share.
+        limits = [time / left.members for time in (left.wait, left.valid) if time is not None]
+        share = min(limits) if limits else None
+        if share is None:
+            # Neither a wait nor a lease: no time runs out, but a hung server must not
+            # hold up the first round for long (Redisson's RedLock allows 1.5 s a member).
+            wait, bound = (0.0, UNBOUNDED_CALL) if first else (None, None)
+        else:
+            wait = 0.0 if first else share
+            # Beyond its own wait, a member's round trip gets the rest of its share, and
+            # at least the minimum any call needs.
+            bound = wait + max(share - wait, MIN_CALL)
+        try:
+            return await within(bound, try_member(member, wait, lease, timed=timed))
+        except (RedisError, OSError) as exc:
+            # A server down is what a RedLock tolerates: the member is not taken. (Were
+            # its acquire on its way when the connection failed, its client undoes it.)
+            log.info("aiolock: RedLock %r: member %r failed: %r", self._name, member.name, exc)
+            return False
+
+    def _unanswered(self, member: LockHandle, error: BaseException) -> bool:
+        # As when taking it: a server down is a member not held.
+        if isinstance(error, (RedisError, OSError)):
+            log.info("aiolock: %r: member %r failed: %r", self, member.name, error)
+            return True
+        return False
+
+    def _budget(self, lease: float | None) -> float | None:
+        if lease is None:
+            return None
+        return lease - (lease * _DRIFT_FACTOR + _DRIFT_MS / 1000)
+
+    def _to_release(self) -> list[LockHandle]:
+        # A minority may never have been taken (a server down): those this client does not
+        # believe held are left alone, rather than sent an unlock a down server would make
+        # it resend for a lease. (A hold it does not know of, an acquire whose answer was
+        # lost, its client gives back by itself.)
+        held = [member for member in self._members if member.statistics().hold_count]
+        return held if len(held) >= self._quorum else self._members
+
+    def _check_release(self, released: int, errors: list[BaseException]) -> None:
+        # Only fewer than a majority released is a failure.
+        if released >= self._quorum:
+            return
+        for error in errors:
+            if isinstance(error, LockLostError):
+                raise error
+        if errors:
+            raise errors[0]

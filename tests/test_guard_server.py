@@ -21,7 +21,6 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock._engine.guard import drift_margin
 from aiolock.testing import LocalServer, start_local_server
 
 from .helpers import wait_until
@@ -121,7 +120,6 @@ async def test_frozen_server_cancels_the_body_before_its_lease_can_end(
         # on).
         assert body.confirmed_until <= body.stopped
         assert body.stopped - body.confirmed_until < LEASE / 4
-        assert drift_margin(LEASE) > 0
         assert raised - body.stopped < LEASE / 2, "the block waited on the frozen server"
         await assert_nothing_left(client, server, raw, name)
     finally:
@@ -148,7 +146,9 @@ async def test_server_restart_cancels_the_body_and_leaves_nothing(
             # Down until the body has stopped: the lease it was confirmed for ran out here.
             await asyncio.wait([task], timeout=LIMIT)
             assert task.done(), "the body went on with the server down"
-            assert body.stopped < body.confirmed_until + drift_margin(LEASE)
+            # By its confirmed_until timer (how late a loaded loop runs it is a figure:
+            # benchmarks/guard_latency.py), not by anything later.
+            assert body.confirmed_until <= body.stopped < body.confirmed_until + LEASE / 4
         await asyncio.to_thread(server.start)
         await raw.connection_pool.disconnect()  # its connections died with the server
         async with asyncio.timeout(LIMIT):

@@ -38,8 +38,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--faults",
         action="store_true",
-        help="also collect the fault-injection suite in tests/faults (nox -s faults)",
+        help="also collect the fault-injection suite in tests/faults (nox -s faults); "
+        "implies --full-sweep",
     )
+    parser.addoption(
+        "--full-sweep",
+        action="store_true",
+        help="sweep every cancellation point of every combination (test_cancel_sweep.py, "
+        "test_cluster_cancel_sweep.py, test_error_replies.py, test_lost_messages.py), not "
+        "the quick subset",
+    )
+
+
+def full_sweep(config: pytest.Config) -> bool:
+    """Whether the sweeps run in full (``--full-sweep`` or ``--faults``)."""
+    return bool(config.getoption("--full-sweep") or config.getoption("--faults"))
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

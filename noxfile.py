@@ -13,7 +13,7 @@ sweeps every cancellation point (CI splits it: one server's part, the cluster's 
 ``faults`` runs the fault scenarios, two at a time, on the oldest Python with the lowest
 redis-py and on the newest with the highest. ``release``
 builds the sdist and wheel, checks them and smoke-tests the wheel in a fresh virtualenv.
-``nox -p 3.12 -s tests`` picks one Python; ``nox -l`` lists the sessions. An interpreter
+``nox -s tests-3.12`` picks one Python; ``nox -l`` lists the sessions. An interpreter
 nox cannot find is skipped with a warning, except where ``CI`` is set or
 ``--error-on-missing-interpreters`` is given: then it fails the run. lint, mypy, release
 and bench run on the Python that runs nox. .ci/run says which combinations CI runs, and why.
@@ -85,12 +85,6 @@ def _install_redis_py(session: nox.Session, redis_py: str) -> None:
     )
 
 
-def _matrix() -> list[tuple[str, str]]:
-    """(Python, redis-py) of each ``tests`` session: the oldest Python with the lowest
-    redis-py and hiredis the package accepts, every other one with the highest."""
-    return [(PYTHONS[0], "lowest"), *[(python, "highest") for python in PYTHONS[1:]]]
-
-
 def _pytest(session: nox.Session, *args: str) -> None:
     """pytest on the wire ``AIOLOCK_WIRE`` names (``direct``, the default, or ``redis-py``:
     aiolock's public-API fallback), said in the log."""
@@ -100,14 +94,13 @@ def _pytest(session: nox.Session, *args: str) -> None:
     session.run("pytest", *args, env={"AIOLOCK_WIRE": wire})
 
 
-@nox.session
-@nox.parametrize(("python", "redis_py"), _matrix())
-def tests(session: nox.Session, redis_py: str) -> None:
+@nox.session(python=PYTHONS)
+def tests(session: nox.Session) -> None:
     """Run pytest against the installed wheel; pass pytest arguments after ``--``
     (``--full-sweep=all|server|cluster``: the full cancellation sweep in place of the quick
-    one)."""
+    one). The oldest Python gets the lowest redis-py and hiredis, the others the highest."""
     pytest_args = _install_wheel(session, "tests")
-    _install_redis_py(session, redis_py)
+    _install_redis_py(session, "lowest" if session.python == PYTHONS[0] else "highest")
     _pytest(session, *PARALLEL, *pytest_args)
 
 

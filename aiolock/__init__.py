@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import events as events
 from ._client import Client as Client
@@ -34,6 +34,7 @@ from ._objects.rwlock import ReadWriteLock as ReadWriteLock
 from ._objects.rwlock import WriteLock as WriteLock
 from ._objects.semaphore import Semaphore as Semaphore
 from ._objects.spin import SpinLock as SpinLock
+from ._version import __version__ as __version__
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
@@ -99,11 +100,3 @@ def instrument_opentelemetry(
 for _name in __all__:
     globals()[_name].__module__ = __name__
 del _name
-
-
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        from importlib.metadata import version  # noqa: PLC0415 - only when asked
-
-        return version("aiolock")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,8 +38,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--faults",
         action="store_true",
-        help="also collect the fault-injection suite in tests/faults (nox -s faults)",
+        help="also collect the fault-injection suite in tests/faults (nox -s faults); "
+        "implies --full-sweep",
     )
+    parser.addoption(
+        "--full-sweep",
+        choices=["all", "server", "cluster"],
+        help="sweep every cancellation point of every combination, not the quick subset: "
+        "on one server (test_cancel_sweep.py, test_error_replies.py, "
+        "test_lost_messages.py), on the cluster (test_cluster_cancel_sweep.py), or both",
+    )
+
+
+def full_sweep(config: pytest.Config, where: str) -> bool:
+    """Whether the sweeps of ``where`` ("server" or "cluster") run in full
+    (``--full-sweep=all``, ``--full-sweep=<where>`` or ``--faults``)."""
+    chosen = config.getoption("--full-sweep")
+    return bool(chosen in {"all", where} or config.getoption("--faults"))
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

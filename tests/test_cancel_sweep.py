@@ -2,8 +2,8 @@
 iteration until it completes untouched, with the contract checked after each case.
 
 The default run sweeps a quick subset (every k up to 40, then sparse; the combinations
-that matter most, every lock type covered); ``--faults`` (``nox -s faults``) sweeps every k
-of every combination. See tests/sweep.py for the harness and the invariants.
+that matter most, every lock type covered); ``--full-sweep=server``
+sweeps every k of every combination. See tests/sweep.py for the harness and the invariants.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
-from .conftest import ClientFactory
+from .conftest import ClientFactory, full_sweep
 from .helpers import EventLedger, quiesce, wait_until
 from .sweep import (
     CAP,
@@ -69,9 +69,9 @@ _AS_THE_LOCK = frozenset({Kind.FENCED, Kind.SPIN})
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Parametrize the sweep: the quick subset by default, everything with --faults."""
+    """Parametrize the sweep: the quick subset by default, all with --full-sweep=server."""
     if "spec" in metafunc.fixturenames:
-        full = bool(metafunc.config.getoption("--faults"))
+        full = full_sweep(metafunc.config, "server")
         specs = [
             spec for spec in all_specs() if _quick(spec) or (full and spec.kind not in _AS_THE_LOCK)
         ]
@@ -88,7 +88,7 @@ def _sweep_summary(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
     if not _totals["sweeps"]:
         return
-    mode = "full" if request.config.getoption("--faults") else "quick"
+    mode = "full" if full_sweep(request.config, "server") else "quick"
     line = (
         f"cancel sweep ({mode}): {_totals['sweeps']:.0f} sweeps, {_totals['cases']:.0f} cases, "
         f"{_totals['seconds']:.1f} s"
@@ -110,7 +110,7 @@ async def test_cancel_sweep(
 ) -> None:
     """Cancelled at any loop iteration, the call raises CancelledError and leaves Redis
     holding exactly what the client believes; untouched, it does exactly its job."""
-    full = bool(request.config.getoption("--faults"))
+    full = full_sweep(request.config, "server")
     client, rival = make_client(), make_client()
     # The event stream through every case: each hold begun ends once, in order.
     ledger = EventLedger(client, rival)
@@ -310,7 +310,7 @@ async def test_write_lock_after_a_read_unlock_cut_off_at_every_step(
     """A read unlock() cut off by a timeout at every loop iteration k (finished in the
     background), then the same task's write lock(): it waits for that release and gets in,
     never refused as an upgrade (the read hold is on its way out)."""
-    full = bool(request.config.getoption("--faults"))
+    full = full_sweep(request.config, "server")
     client = make_client()
     write_kind = rival_kind(kind)
     problems: list[str] = []

@@ -337,6 +337,17 @@ async def test_waiters_on_a_frozen_primary_follow_its_replica_by_polling(uid: st
             victim = own.node_for_key(name)
             replica = own.replicas_of(victim)[0]
             assert victim.pid is not None
+
+            # The hold on the replica before the freeze: replication is asynchronous, and a
+            # loaded machine once froze the primary before it had sent the hold (the
+            # promoted replica then found no lock to unlock). What is tested is the routing.
+            # WAIT counts from its own connection's last write, made after the hold's.
+            def replicated() -> int:
+                with victim.redis() as redis:
+                    redis.set(f"{{{name}}}:replicated", 1)
+                    return int(redis.execute_command("WAIT", 1, 5000))
+
+            assert await asyncio.to_thread(replicated) == 1
             os.kill(victim.pid, signal.SIGSTOP)
             # Promoted after cluster-node-timeout (2 s) and the vote.
             await wait_until(

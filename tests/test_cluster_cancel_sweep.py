@@ -3,8 +3,8 @@
 Each call is cancelled at every loop iteration and Redis is checked against the client's
 belief after each case, as on one server: here the calls go through the slot map, the
 per-primary connections and sharded pub/sub. The default run sweeps every call and
-scenario of every lock type for a task holder; ``--faults`` adds ``owner=`` holders and the
-early races.
+scenario of every lock type for a task holder; ``--full-sweep=cluster`` adds ``owner=``
+holders and the early races.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 
 from . import clusters
-from .conftest import ClientFactory
+from .conftest import ClientFactory, full_sweep
 from .sweep import Kind, Scenario, Spec, Sweep, all_specs, k_schedule
 from .test_cancel_sweep import FULL_ROUNDS, _record
 
@@ -38,7 +38,7 @@ _FULL_ON_CLUSTER = frozenset({Kind.LOCK, Kind.FAIR, Kind.READ, Kind.WRITE})
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "spec" in metafunc.fixturenames:
-        full = bool(metafunc.config.getoption("--faults"))
+        full = full_sweep(metafunc.config, "cluster")
         specs = [
             spec for spec in all_specs() if _quick(spec) or (full and spec.kind in _FULL_ON_CLUSTER)
         ]
@@ -54,7 +54,7 @@ async def test_cancel_sweep_on_cluster(
 ) -> None:
     """Cancelled at any loop iteration, the call raises CancelledError and leaves the
     slot's primary holding exactly what the client believes."""
-    full = bool(request.config.getoption("--faults"))
+    full = full_sweep(request.config, "cluster")
     sweep = Sweep(spec, make_client(), make_client(), raw, name)
     result = await sweep.run(k_schedule(full=full), rounds=FULL_ROUNDS if full else 1)
     _record(result, request.node.user_properties)

@@ -11,7 +11,7 @@ server, nothing on the server untracked without an expiry, and a refusal that ou
 retries is the caller's error (a release's is finished in the background, never renewed).
 
 The default run takes one refusal per site and sweep in rotation (each refusal covered);
-``--faults`` (``nox -s faults``) runs the cross product.
+``--full-sweep=server`` runs the cross product.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from redis.exceptions import RedisError
 import aiolock
 from aiolock._net.resp import error_reply
 
-from .conftest import ClientFactory
+from .conftest import ClientFactory, full_sweep
 from .faultproxy import REFUSALS, FaultProxy, Match, Words, script
 from .helpers import FAST, quiesce, wait_until
 from .sweep import Call, Kind, Scenario, Spec, Sweep, SweepResult, k_schedule
@@ -43,7 +43,7 @@ RETRIES = 2
 PASSING = frozenset({"BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN", "LOADING"})
 
 
-#: The refusals a test runs by default where not every one (--faults: every one).
+#: The refusals a test runs by default where not every one (--full-sweep=server: every one).
 _QUICK_CODES = {
     "test_acquire_refused_past_the_retries": ["TRYAGAIN", "OOM", "LOADING"],
     "test_renewal_refused_keeps_the_hold": ["READONLY"],
@@ -57,11 +57,11 @@ _QUICK_CODES = {
 
 
 def _full(config: pytest.Config) -> bool:
-    return bool(config.getoption("--faults"))
+    return full_sweep(config, "server")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Every refusal for every test with --faults; by default those the test names."""
+    """Every refusal for every test with --full-sweep=server; by default those the test names."""
     if "code" in metafunc.fixturenames:
         quick = _QUICK_CODES.get(metafunc.function.__name__, CODES)
         codes = CODES if _full(metafunc.config) else quick
@@ -416,7 +416,7 @@ async def test_cancel_sweep_with_refusals(  # noqa: PLR0917 - fixtures
     try:
         refuse = proxy.refuse(first_sends(script(f"{_SCRIPTS[spec.kind]}_{site}")), code)
         sweep = Sweep(spec, a, make_client(), raw, name)
-        # Every k up to 40, then sparse, even with --faults: the cross product of refusals,
+        # Every k up to 40, then sparse, even with a full sweep: the cross product of refusals,
         # sites, lock types and calls is the full sweep's breadth (every k would take 4x).
         result = await sweep.run(k_schedule(full=False))
     finally:

@@ -14,8 +14,8 @@ confirmation lost, or late) fails the wait with redis-py's ``TimeoutError`` then
 
 A's leases are 1 s (``watchdog_timeout=1``), so a lock case takes about 1 s and a
 semaphore or latch case about 5 s. The default run covers three representative kinds
-(the plain lock, a shared waiter, a fair lock's per-waiter channel); ``--faults``
-(``nox -s faults``) every waitable kind. Each case prints the time from the release to B's
+(the plain lock, a shared waiter, a fair lock's per-waiter channel); ``--full-sweep=server``
+every waitable kind. Each case prints the time from the release to B's
 acquisition, the figure a user pays for a lost message.
 """
 
@@ -34,7 +34,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import aiolock
 
-from .conftest import ClientFactory
+from .conftest import ClientFactory, full_sweep
 from .faultproxy import Delay, DropMessage, FaultProxy, Match, Rule, command
 from .helpers import wait_until
 from .sweep import Kind, handle, parked, rival_handle
@@ -65,7 +65,7 @@ QUICK = frozenset({Kind.LOCK, Kind.READ, Kind.FAIR})
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "waitable" in metafunc.fixturenames:
-        full = bool(metafunc.config.getoption("--faults"))
+        full = full_sweep(metafunc.config, "server")
         chosen = [w for w in WAITABLES if full or w in QUICK]
         metafunc.parametrize("waitable", chosen, ids=[w.value for w in chosen])
 

@@ -64,7 +64,7 @@ def test_version_matches_metadata() -> None:
 def test_unknown_attribute() -> None:
     """A missing attribute of the package raises AttributeError naming it."""
     with pytest.raises(AttributeError, match="no_such_name"):
-        _ = aiolock.no_such_name
+        _ = aiolock.no_such_name  # type: ignore[attr-defined]
 
 
 def test_py_typed_shipped() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -60,20 +61,37 @@ def lock_sentinel() -> Iterator[SentinelHandle]:
 
 
 @pytest.fixture
-def report() -> Callable[[Result], None]:
-    """Keep a scenario's summary line for the end of the run (and print it at once)."""
+def report(request: pytest.FixtureRequest) -> Callable[[Result], None]:
+    """Keep a scenario's summary line for the end of the run (and print it at once).
+
+    Under xdist the worker hands the line to the controller, which prints the summary.
+    """
+    workeroutput = getattr(request.config, "workeroutput", None)
 
     def keep(result: Result) -> None:
         line = result.line()
         _lines.append(line)
+        if workeroutput is not None:
+            workeroutput["aiolock_fault_lines"] = list(_lines)
         print(line)
 
     return keep
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object) -> None:
+    _lines.extend(getattr(node, "workeroutput", {}).get("aiolock_fault_lines", ()))
+
+
+def _number(line: str) -> int:
+    first = line.split(maxsplit=1)[0]
+    return int(first) if first.isdigit() else 0
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """One line per scenario, whatever the verbosity."""
     if _lines:
         terminalreporter.section("fault scenarios")
-        for line in _lines:
+        # In scenario order (each line starts with its number), whichever worker ran it.
+        for line in sorted(_lines, key=_number):
             terminalreporter.write_line(line)

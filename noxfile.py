@@ -145,7 +145,11 @@ def mypy(session: nox.Session) -> None:
 
 #: What the wheel must hold besides the package's modules (the tests read them from the
 #: installed package too, so a wheel without them fails the suite as well).
-WHEEL_MUST_HOLD = ("aiolock/py.typed", "aiolock/lua/lock_acquire.lua")
+WHEEL_MUST_HOLD = (
+    "aiolock/py.typed",
+    "aiolock/_net/lua/lock_acquire.lua",
+    "aiolock/sync/__init__.py",
+)
 #: What the sdist must hold to rebuild and test the package.
 SDIST_MUST_HOLD = (
     "pyproject.toml",

@@ -52,7 +52,7 @@ def check_import() -> None:
     assert aiolock.__version__ == importlib.metadata.version("aiolock")
     package = resources.files("aiolock")
     assert (package / "py.typed").is_file(), "py.typed is missing"
-    assert any(f.name.endswith(".lua") for f in (package / "lua").iterdir()), "no Lua scripts"
+    assert any(f.name.endswith(".lua") for f in (package / "_net" / "lua").iterdir()), "no Lua"
     print(f"aiolock {aiolock.__version__} from {where}: imports no extra, py.typed present")
 
 
@@ -76,6 +76,18 @@ async def take_and_release(url: str) -> None:
     print(f"a lock and a semaphore taken and released at {url}")
 
 
+def take_and_release_sync(url: str) -> None:
+    """The same lock through aiolock.sync, from this (non-async) thread."""
+    from aiolock.sync import Client  # noqa: PLC0415 - after the import check
+
+    with Client.from_url(url) as client:
+        lock = client.lock("release-smoke-lock")
+        with lock:
+            assert lock.is_held_by_current_thread()
+        assert not lock.is_locked()
+    print(f"the same lock taken and released through aiolock.sync at {url}")
+
+
 def check_extras() -> None:
     """With the extras installed, their modules import."""
     for module in ("aiolock.integrations.fastapi", "aiolock.integrations.aiohttp", "aiolock.cli"):
@@ -94,6 +106,7 @@ def main() -> None:
 
     with redis_server(announce=False) as server:
         asyncio.run(take_and_release(server.url))
+        take_and_release_sync(server.url)
     if "--extras" in sys.argv[1:]:
         check_extras()
 

@@ -21,6 +21,7 @@ MODULES = [
     "aiolock",
     "aiolock.events",
     "aiolock.testing",
+    "aiolock.sync",
     "aiolock.integrations",
     *(
         f"aiolock.integrations.{info.name}"

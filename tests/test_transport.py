@@ -81,6 +81,44 @@ async def test_many_concurrent_calls_each_get_their_own_reply(
     await raw.delete(*keys)
 
 
+async def test_callers_woken_together_send_in_one_write(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """32 callers in lockstep: each round of their commands leaves in one write, not two.
+
+    The first caller woken by a read finds nothing in flight; were it written at once, the
+    other 31 would follow in a second write (and the server read two batches a round).
+    """
+    monkeypatch.setenv("AIOLOCK_WIRE", "direct")
+    transport = CommandTransport(
+        Redis.from_url(redis_url).connection_pool.make_connection, deadline=30
+    )
+    try:
+        await transport.call(pack("PING"))
+        wire: Any = transport._wire
+        writes = 0
+        write = wire.write
+
+        def counted(data: bytes) -> None:
+            nonlocal writes
+            writes += 1
+            write(data)
+
+        wire.write = counted
+        rounds = 20
+
+        async def caller() -> None:
+            for _ in range(rounds):
+                assert await transport.call(pack("PING")) == b"PONG"
+
+        await asyncio.gather(*(caller() for _ in range(32)))
+        # The first round's writes are two (the first call finds the connection idle); a
+        # read split in two chunks may cost a round one more. Two writes a round: 40.
+        assert writes <= rounds + 5, writes
+    finally:
+        await transport.aclose()
+
+
 async def test_an_error_reply_fails_only_its_caller(make: Make, raw: Redis, uid: str) -> None:
     transport = make()
     await raw.set(f"{uid}:text", "not a number")

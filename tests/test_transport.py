@@ -119,6 +119,46 @@ async def test_callers_woken_together_send_in_one_write(
         await transport.aclose()
 
 
+async def test_callers_woken_by_one_connection_send_to_another_in_one_write(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a cluster's callers do: woken by one server's replies, they send to another.
+
+    That other connection is idle when the first of them sends; the pass's commands still
+    leave in one write to it, not the first alone and the rest after.
+    """
+    monkeypatch.setenv("AIOLOCK_WIRE", "direct")
+    make = Redis.from_url(redis_url).connection_pool.make_connection
+    first = CommandTransport(make, deadline=30)
+    second = CommandTransport(make, deadline=30)
+    try:
+        await first.call(pack("PING"))
+        await second.call(pack("PING"))
+        wire: Any = second._wire
+        writes = 0
+        write = wire.write
+
+        def counted(data: bytes) -> None:
+            nonlocal writes
+            writes += 1
+            write(data)
+
+        wire.write = counted
+        rounds = 20
+
+        async def caller() -> None:
+            for _ in range(rounds):
+                assert await first.call(pack("PING")) == b"PONG"
+                assert await second.call(pack("PING")) == b"PONG"
+
+        await asyncio.gather(*(caller() for _ in range(32)))
+        # One write a round, give or take a read split in two. Two a round: 40.
+        assert writes <= rounds + 5, writes
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
 async def test_an_error_reply_fails_only_its_caller(make: Make, raw: Redis, uid: str) -> None:
     transport = make()
     await raw.set(f"{uid}:text", "not a number")

@@ -43,10 +43,7 @@ class Attempts(Part):
 
     async def attempt(self, p: Primitive, call: Call) -> AcquireReply:
         """Run the acquire script once, in the holder's turn, and record a hold it took."""
-        # Looked up once: the services change only with the event loop, never under a call.
-        services = self._s
-        holds = services.holds
-        ticket = services.order.join((p.key, call.holder))
+        ticket = self._s.order.join((p.key, call.holder))
         try:
             # An earlier call of this holder (a rollback or release finishing in the
             # background, another task's call with the same owner=) must land first: this
@@ -56,12 +53,12 @@ class Attempts(Part):
             self._core.check_open()
             # The holder's calls before this one may have changed what it holds (a write
             # unlock of the same owner=, say): judge the upgrade rule again, in turn.
-            p.check_acquire(call.holder, holds)
+            p.check_acquire(call.holder, self._s.holds)
         except BaseException:
             ticket.release()
             raise
         while True:
-            hold = holds.get(p.key, call.field)
+            hold = self._s.holds.get(p.key, call.field)
             # The count this holder has once the attempt succeeds: a resend that finds it
             # already there does not count twice, and a rollback undoes exactly this
             # attempt (a script takes a hold only from the count the holder believes).
@@ -156,19 +153,16 @@ class Attempts(Part):
         """
         runner = self._s.runner
         pause = self.settings.retry_interval
-        acked = self.settings.replica_acks
+        loop = asyncio.get_running_loop()
         while True:
             try:
-                if not acked:
-                    # The common case, spared run_acked's coroutine.
-                    return await runner.run(*invocation), None
                 return await runner.run_acked(*invocation)
             except Exception as exc:
                 if call.wait == 0 or not runner.passing(exc):
                     raise
                 sleep = pause
                 if call.deadline is not None:
-                    sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
+                    sleep = min(sleep, call.deadline - loop.time())
                     if sleep <= 0:
                         raise
                 log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)

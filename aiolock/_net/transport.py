@@ -7,7 +7,9 @@ a future to the queue of replies expected and writes; replies resolve the future
 
 - **Batching**: a command sent while nothing is in flight is written at once; commands
   sent while others are in flight are gathered and written together at the end of the
-  event loop's tick, so 32 concurrent calls cost one write, not 32.
+  event loop's tick, so 32 concurrent calls cost one write, not 32. So are the commands
+  of callers that replies just woke together, whichever connection they go to (``_Pass``):
+  the first of them would otherwise find its connection idle and leave alone.
 - **One deadline per connection**: while anything is in flight, a reply must come within
   ``deadline`` seconds of the previous one (or of the send, from idle); else the connection
   is declared dead. No timer per command, no ``asyncio.wait_for`` anywhere.

@@ -76,10 +76,18 @@ class RoundTrips:
 
     @classmethod
     def _install_transport(cls, package: str) -> None:
-        """Wrap ``<package>._transport.CommandTransport`` if that package has one."""
-        try:
-            module: Any = importlib.import_module(f"{package}._transport")
-        except ImportError:
+        """Wrap ``<package>._net.transport.CommandTransport`` if that package has one.
+
+        ``<package>._transport`` before the layer folders (a ``--baseline`` that old).
+        """
+        module: Any = None
+        for name in (f"{package}._net.transport", f"{package}._transport"):
+            try:
+                module = importlib.import_module(name)
+                break
+            except ImportError:
+                continue
+        if module is None:
             return  # older aiolock (redis-py's send is counted), or no baseline copy
         transport = module.CommandTransport
         call, call_many = transport.call, transport.call_many

@@ -35,6 +35,7 @@ The projection (``projection``) is a model, not a measurement: see benchmarks/RE
 from __future__ import annotations
 
 import asyncio
+import math
 import resource
 import statistics
 import time
@@ -216,6 +217,10 @@ _METRICS = (
 
 
 def _spread(values: Sequence[float]) -> dict[str, float]:
+    if not values:
+        # A ratio over a metric that was 0 in every round (system CPU under the clock's
+        # tick, say): nothing to report, rather than no report.
+        return {"median": math.nan, "min": math.nan, "max": math.nan}
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 

@@ -81,6 +81,89 @@ async def test_many_concurrent_calls_each_get_their_own_reply(
     await raw.delete(*keys)
 
 
+async def test_callers_woken_together_send_in_one_write(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """32 callers in lockstep: each round of their commands leaves in one write, not two.
+
+    The first caller woken by a read finds nothing in flight; were it written at once, the
+    other 31 would follow in a second write (and the server read two batches a round).
+    """
+    monkeypatch.setenv("AIOLOCK_WIRE", "direct")
+    transport = CommandTransport(
+        Redis.from_url(redis_url).connection_pool.make_connection, deadline=30
+    )
+    try:
+        await transport.call(pack("PING"))
+        wire: Any = transport._wire
+        writes = 0
+        write = wire.write
+
+        def counted(data: bytes) -> None:
+            nonlocal writes
+            writes += 1
+            write(data)
+
+        wire.write = counted
+        rounds = 20
+
+        async def caller() -> None:
+            for _ in range(rounds):
+                assert await transport.call(pack("PING")) == b"PONG"
+
+        await asyncio.gather(*(caller() for _ in range(32)))
+        # The first round's writes are two (the first call finds the connection idle); a
+        # read split in two chunks may cost a round one more. Two writes a round: 40.
+        assert writes <= rounds + 5, writes
+    finally:
+        await transport.aclose()
+
+
+async def test_callers_woken_by_one_connection_send_to_another_in_one_write(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a cluster's callers do: woken by one server's replies, they send to another.
+
+    That other connection is idle when the first of them sends; the pass's commands still
+    leave in one write to it, not the first alone and the rest after.
+    """
+    monkeypatch.setenv("AIOLOCK_WIRE", "direct")
+    make = Redis.from_url(redis_url).connection_pool.make_connection
+    first = CommandTransport(make, deadline=30)
+    second = CommandTransport(make, deadline=30)
+    try:
+        await first.call(pack("PING"))
+        await second.call(pack("PING"))
+        wire: Any = second._wire
+        writes = 0
+        write = wire.write
+
+        def counted(data: bytes) -> None:
+            nonlocal writes
+            writes += 1
+            write(data)
+
+        wire.write = counted
+        rounds = 20
+
+        async def caller() -> None:
+            for _ in range(rounds):
+                assert await first.call(pack("PING")) == b"PONG"
+                assert await second.call(pack("PING")) == b"PONG"
+
+        # Started in flight ahead of the callers, so that their first round leaves in one
+        # write too. (The first command of a round written alone, its lone reply would
+        # wake one caller, whose command would find the other connection idle again: a
+        # split that lasts, each lone command answered sooner than a gathered one.)
+        ahead = asyncio.ensure_future(first.call(pack("PING")))
+        await asyncio.gather(ahead, *(caller() for _ in range(32)))
+        # One write a round, give or take a read split in two. Two a round: 40.
+        assert writes <= rounds + 5, writes
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
 async def test_an_error_reply_fails_only_its_caller(make: Make, raw: Redis, uid: str) -> None:
     transport = make()
     await raw.set(f"{uid}:text", "not a number")

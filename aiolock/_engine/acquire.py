@@ -119,8 +119,8 @@ class Acquirer(Part):
             p.check_acquire(holder, self._s.holds)
         field = p.field(holder)
         lease_ms = self.settings.lease_ms if lease is None else max(1, round(lease * 1000))
-        loop = asyncio.get_running_loop()
-        deadline = None if wait is None else loop.time() + wait
+        # The loop is looked up only for a deadline (each lookup is a getpid() on 3.11).
+        deadline = None if wait is None else asyncio.get_running_loop().time() + wait
         won_lease = None if lease is None else lease_ms
         call = Call(
             holder,
@@ -165,7 +165,9 @@ class Acquirer(Part):
                 room.remove(channel, waiter, leaving=True, mid_attempt=True)
                 sub.release()
             raise
-        if reply.acquired or (deadline is not None and loop.time() >= deadline):
+        if reply.acquired or (
+            deadline is not None and asyncio.get_running_loop().time() >= deadline
+        ):
             if sub is not None and waiter is not None:
                 room.remove(channel, waiter, leaving=not reply.acquired)
                 sub.release()

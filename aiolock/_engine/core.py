@@ -23,7 +23,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._exceptions import ClientClosedError
 from .._net.scripts import refused
-from .cancel import calling_task
 from .guard import Guard
 from .handover import HandOvers
 
@@ -150,7 +149,9 @@ class Core:
         The call counts as under way (aclose() waits for it). Each caller writes the rest
         of the guard inline: a wrapper coroutine would cost every call a frame.
         """
-        task = calling_task()
+        # asyncio.current_task() would look the loop up again (a getpid() call on 3.11).
+        loop = asyncio._get_running_loop()
+        task = None if loop is None else asyncio.current_task(loop)
         mark = task.cancelling() if task is not None else 0
         self.check_open()
         self.services.background.call_started()

@@ -55,10 +55,12 @@ class Releases(Part):
         self, p: Primitive, owner: str | None, mark: int, calling: asyncio.Task[Any] | None
     ) -> None:
         holder, _ = self._core.holder(owner, calling)
+        # Looked up once: the services change only with the event loop, never under a call.
+        services = self._s
         field = p.field(holder)
         # One line per holder, not per field: a read-write lock's read and write calls of
         # one holder take turns too (the upgrade rule depends on their order).
-        ticket = self._s.order.join((p.key, holder))
+        ticket = services.order.join((p.key, holder))
         try:
             # An earlier call of this holder (a cut-off release finishing in the
             # background, another task's call with the same owner=) lands first, or this
@@ -68,9 +70,9 @@ class Releases(Part):
         except BaseException:
             # Cancelled while waiting its turn: the release was asked for, so it is made,
             # in the background once the turn comes (async with must never exit holding).
-            self._s.background.complete(ticket, self.release_later(p, holder, field))
+            services.background.complete(ticket, self.release_later(p, holder, field))
             raise
-        hold = self._s.holds.get(p.key, field)
+        hold = services.holds.get(p.key, field)
         # One latch per unlock call: every resend of this call replays the first result.
         latch = unlock_latch_key(p.key, self._core.request_id())
         reapply = self._core.reapply_ms(hold)
@@ -80,14 +82,14 @@ class Releases(Part):
             # While a release is in flight the watchdog may find the key gone: not a loss.
             hold.releasing += 1
         try:
-            result = decode_release(await self._s.runner.run(*invocation))
+            result = decode_release(await services.runner.run(*invocation))
         except BaseException as exc:
             if cut_off(exc) or refused(exc):
                 if hold is not None and not isinstance(exc, asyncio.CancelledError):
                     # Not renewed from now on: should the release never land, the lock
                     # then runs out with its lease instead of staying held by nobody's
                     # knowledge.
-                    self._s.renewal.untrack(hold)
+                    services.renewal.untrack(hold)
                 # Cancelled with the script in flight, or no answer within the retries:
                 # the release may or may not have happened; or the server refused it past
                 # the retries (BUSY, TRYAGAIN, OOM...: not run). Finish it in the
@@ -95,7 +97,7 @@ class Releases(Part):
                 # bookkeeping follows the server's answer and no hold is left held, and
                 # renewed, that nobody tracks. The caller still sees its error (the
                 # contract leaves connection errors be).
-                self._s.background.complete(
+                services.background.complete(
                     ticket,
                     self._finish_release(
                         p,
@@ -204,28 +206,29 @@ class Releases(Part):
     def _settle_release(
         self, p: Primitive, holder: str, hold: Hold | None, latch: str, result: Release
     ) -> None:
+        services = self._s
         if result is Release.NOT_HELD:
             if hold is not None and hold.count:
                 why = hold.lost or "its lease ran out or was taken before unlock()"
                 if hold.lost is None:
                     # The watchdog did not see it first (an explicit lease, a starved
                     # event loop): log it here, so every loss is logged once.
-                    self._s.holds.report_lost(hold, f"{why}; found by unlock()", "unlock")
-                self._s.holds.drop(hold)
+                    services.holds.report_lost(hold, f"{why}; found by unlock()", "unlock")
+                services.holds.drop(hold)
                 raise LockLostError(p.name, holder, why)
             raise LockNotOwnedError(p.name, holder, self._core.held_by_sibling(p.key, holder))
-        self._s.latches.add(latch)
+        services.latches.add(latch)
         if result is Release.FREED and p.polls:
             # Nothing was published: this client's own waiters need not wait out a pause.
-            self._s.waiting.deliver(p.channel(holder), b"0")
+            services.waiting.deliver(p.channel(holder), b"0")
         if result is Release.DOWNGRADED:
             # Nothing was published (as in Redisson: the wire must match), yet this
             # client's own readers can get in now: wake them here rather than after their
             # lease-bounded wait. Writers stay parked: the read holds left keep them out.
-            self._s.waiting.wake_shared(p.channel(holder))
+            services.waiting.wake_shared(p.channel(holder))
         if hold is not None:
             lost = hold.lost
-            self._s.holds.released(hold, fully=result is not Release.KEPT)
+            services.holds.released(hold, fully=result is not Release.KEPT)
             if lost is not None:
                 # The server still had the holder's entry (a read hold whose own timeout
                 # key ran out), but the watchdog had found the hold dead: say so.

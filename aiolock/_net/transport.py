@@ -7,7 +7,9 @@ a future to the queue of replies expected and writes; replies resolve the future
 
 - **Batching**: a command sent while nothing is in flight is written at once; commands
   sent while others are in flight are gathered and written together at the end of the
-  event loop's tick, so 32 concurrent calls cost one write, not 32.
+  event loop's tick, so 32 concurrent calls cost one write, not 32. So are the commands
+  of callers that replies just woke together, whichever connection they go to (``_Pass``):
+  the first of them would otherwise find its connection idle and leave alone.
 - **One deadline per connection**: while anything is in flight, a reply must come within
   ``deadline`` seconds of the previous one (or of the send, from idle); else the connection
   is declared dead. No timer per command, no ``asyncio.wait_for`` anywhere.
@@ -29,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import weakref
 from collections.abc import Callable
 from time import monotonic
 from typing import TYPE_CHECKING, Any
@@ -82,6 +85,67 @@ class _Batch:
 _Sink = asyncio.Future[Any] | _Batch
 
 
+class _Pass:
+    """The commands an event loop's transports gather in one pass of it, written at its end.
+
+    Shared by every transport of the loop. A command sent while its connection is idle is
+    written at once (one caller alone waits no longer), unless replies just woke several
+    callers: each of them may send its next command in the coming pass, to this server or
+    (a cluster) another, and the first would find its connection idle. Then the pass's
+    commands are gathered and written together, one write per connection, by a flush
+    queued in that pass (so it runs after all of them): half the writes, and batches the
+    servers read whole.
+    """
+
+    __slots__ = ("defer", "deferred_at", "due", "flushes", "queued")
+
+    def __init__(self) -> None:
+        # Replies woke several callers: commands wait for a flush queued after them.
+        self.defer = False
+        # Flushes queued when the last such replies came (a flush queued later clears it).
+        self.deferred_at = 0
+        # A flush is queued and has not run.
+        self.due = False
+        self.flushes = 0
+        # Transports with commands waiting for the flush.
+        self.queued: list[CommandTransport] = []
+
+    def woke(self) -> None:
+        """Replies just woke several callers: gather what they send in the coming pass."""
+        self.defer = True
+        self.deferred_at = self.flushes
+
+    def queue(self, transport: CommandTransport, loop: asyncio.AbstractEventLoop) -> None:
+        self.queued.append(transport)
+        if not self.due:
+            self.due = True
+            self.flushes += 1
+            loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self.due = False
+        if self.flushes > self.deferred_at:
+            # Queued after the callers were woken: it runs after what they sent.
+            self.defer = False
+        queued, self.queued = self.queued, []
+        for transport in queued:
+            transport._flush()
+
+
+_passes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Pass] = weakref.WeakKeyDictionary()
+
+
+def _pass_of(loop: asyncio.AbstractEventLoop) -> _Pass:
+    writes = _passes.get(loop)
+    if writes is None:
+        # The pass holds no reference to its loop: the loop's entry goes with it.
+        writes = _Pass()
+        # A loop that cannot be weakly referenced: each transport has a pass of its own.
+        with contextlib.suppress(TypeError):
+            _passes[loop] = writes
+    return writes
+
+
 class CommandTransport:
     """An auto-pipelined connection to one server; it (re)connects on demand."""
 
@@ -114,7 +178,10 @@ class CommandTransport:
         self._sinks: collections.deque[_Sink] = collections.deque()
         # Commands of this tick not written yet (written together by _flush).
         self._out: list[bytes] = []
-        self._flush_at_tick_end = False
+        # The loop's pass that writes them (shared by the loop's transports; see _Pass).
+        self._pass: _Pass | None = None
+        # Callers woken by the replies since nothing was last in flight (see on_reply).
+        self._woken = 0
         # Calls waiting for room (backpressure): how many commands each brings.
         self._room: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._reserved = 0
@@ -157,7 +224,9 @@ class CommandTransport:
 
     def _put(self, wire: Wire, data: bytes, sink: _Sink, size: int = 1) -> None:
         sinks = self._sinks
-        idle = not sinks
+        writes: _Pass = self._pass  # type: ignore[assignment]  # set with the loop
+        # Idle, and nobody else about to send: write at once.
+        idle = not sinks and not writes.defer and not writes.due
         if size == 1:
             sinks.append(sink)
         else:
@@ -169,16 +238,18 @@ class CommandTransport:
             if self._timer is None:
                 self._arm(self._heard + self._deadline)
             return
-        self._out.append(data)
-        if not self._flush_at_tick_end:
-            self._flush_at_tick_end = True
-            self._loop.call_soon(self._flush)  # type: ignore[union-attr]
+        out = self._out
+        out.append(data)
+        if len(out) == 1:
+            writes.queue(self, self._loop)  # type: ignore[arg-type]
 
     def _flush(self) -> None:
-        self._flush_at_tick_end = False
         out = self._out
         if out and self._wire is not None:
             self._wire.write(out[0] if len(out) == 1 else b"".join(out))
+            if self._timer is None:
+                self._heard = self._loop.time()  # type: ignore[union-attr]
+                self._arm(self._heard + self._deadline)
         out.clear()
 
     # -- replies (called by the wire, in the loop's callback) ------------------------------
@@ -195,7 +266,15 @@ class CommandTransport:
             sink.put(reply)
         elif not sink.done():
             sink.set_result(reply)  # type: ignore[union-attr]
+            self._woken += 1
         self._heard = self._loop.time()  # type: ignore[union-attr]
+        if not sinks:
+            if self._woken > 1:
+                # Every reply is in and several callers were woken: what they send next
+                # is gathered, not written command by command (see _Pass). One woken
+                # caller writes at once.
+                self._pass.woke()  # type: ignore[union-attr]
+            self._woken = 0
         if self._room:
             self._give_room()
 
@@ -311,6 +390,7 @@ class CommandTransport:
         if task is None:
             if self._loop is None:
                 self._loop = asyncio.get_running_loop()
+                self._pass = _pass_of(self._loop)
             task = self._opening = self._loop.create_task(self._connect())
             task.add_done_callback(self._opened)
         # A caller's cancel must not cancel the connect every caller shares.

@@ -311,8 +311,12 @@ def test_fork_is_refused_in_the_child(sync_client: aiolock.sync.Client, name: st
     lock.unlock()
 
 
+# The child turns Ctrl-C into KeyboardInterrupt as a script run from a terminal does: a job
+# a shell starts in the background (CI) inherits SIGINT ignored, and Python then installs
+# no handler of its own.
 _SIGINT_CHILD = """
-import sys, aiolock.sync
+import signal, sys, aiolock.sync
+signal.signal(signal.SIGINT, signal.default_int_handler)
 client = aiolock.sync.Client.from_url(sys.argv[1])
 print("waiting", flush=True)
 try:

@@ -58,10 +58,13 @@ async def test_connections_killed_mid_wait_the_call_recovers(
     call = asyncio.create_task(asyncio.to_thread(take_and_release))
     await wait_until(lambda: waiting.statistics().tasks_waiting == 1, what="the thread waits")
 
-    async def queued() -> bool:
-        return await raw.llen(queue) == 1
+    async def queued_and_subscribed() -> bool:
+        # The subscription can follow the queued attempt: both connections must be up
+        # before the cut, or the test cuts only one.
+        subscribed = await raw.pubsub_channels(f"redisson_lock__channel:{{{name}}}*")
+        return await raw.llen(queue) == 1 and len(subscribed) == 1
 
-    await wait_until(queued, what="it queued")
+    await wait_until(queued_and_subscribed, what="it queued and subscribed")
     assert await proxy.kill_connections() >= 2  # its command and pub/sub connections
     released = time.monotonic()
     await holder.unlock()

@@ -6,13 +6,13 @@ import asyncio
 import logging
 import uuid
 import warnings
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, Unpack
 
 from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._config import ClientOptions, TimeArg, lease_seconds
+from ._config import ClientOptions, Options, TimeArg, lease_seconds
 from ._engine.affinity import Affinity
 from ._engine.cancel import cancel_mark, cancelled_since
 from ._engine.engine import Engine
@@ -69,47 +69,21 @@ class Client:
     _transport: CommandTransport
     _dispatcher: Dispatcher
 
-    def __init__(
-        self,
-        redis: Redis | RedisCluster,
-        *,
-        watchdog_timeout: TimeArg = 30.0,
-        key_prefix: str = "",
-        subscribe_timeout: TimeArg = 7.5,
-        retry_attempts: int = 3,
-        retry_interval: TimeArg = 0.2,
-        fair_lock_wait_timeout: TimeArg = 300.0,
-        replica_acks: int = 0,
-        replica_ack_timeout: TimeArg = 1.0,
-        slow_wait: TimeArg = 5.0,
-        slow_hold: TimeArg = 60.0,
-    ) -> None:
+    def __init__(self, redis: Redis | RedisCluster, **options: Unpack[Options]) -> None:
         if not isinstance(redis, Redis | RedisCluster):
             raise TypeError(
                 f"redis must be a redis.asyncio.Redis or RedisCluster, not {type(redis).__name__}"
             )
-        self._options = ClientOptions.build(
-            watchdog_timeout=watchdog_timeout,
-            key_prefix=key_prefix,
-            subscribe_timeout=subscribe_timeout,
-            retry_attempts=retry_attempts,
-            retry_interval=retry_interval,
-            fair_lock_wait_timeout=fair_lock_wait_timeout,
-            replica_acks=replica_acks,
-            replica_ack_timeout=replica_ack_timeout,
-            slow_wait=slow_wait,
-            slow_hold=slow_hold,
-        )
-        options = self._options
+        self._options = valid = ClientOptions.build(**options)
         # The event stream and the slow-lock log, handed to every piece that records what
         # happens (the engine, the holds, the renewal, the connections); the listeners
         # outlive a move to a new event loop.
-        self._events = Emitter(slow_wait=options.slow_wait, slow_hold=options.slow_hold)
+        self._events = Emitter(slow_wait=valid.slow_wait, slow_hold=valid.slow_hold)
         self._redis = redis
         self._owns_redis = False
         #: This client's part of every holder id: a UUID4 in Java's text form.
         self.id = str(uuid.uuid4())
-        lease_ms = round(options.watchdog_timeout * 1000)
+        lease_ms = round(valid.watchdog_timeout * 1000)
         on_cluster = isinstance(redis, RedisCluster)
         # redis-py builds every connection aiolock opens, from the user's settings: the
         # pool's of a Redis (Sentinel's included), a startup node's of a RedisCluster.
@@ -124,7 +98,7 @@ class Client:
         else:
             self._make_connection = redis.connection_pool.make_connection
             sample = self._make_connection()  # type: ignore[no-untyped-call]
-        self._settings = settings_for(options, sample, cluster=on_cluster)
+        self._settings = settings_for(valid, sample, cluster=on_cluster)
         deadline = send_deadline(sample)
         self._deadline = deadline
         self._lease_ms = lease_ms
@@ -201,22 +175,7 @@ class Client:
         self._engine.attach(self._pieces.services())
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        watchdog_timeout: TimeArg = 30.0,
-        key_prefix: str = "",
-        subscribe_timeout: TimeArg = 7.5,
-        retry_attempts: int = 3,
-        retry_interval: TimeArg = 0.2,
-        fair_lock_wait_timeout: TimeArg = 300.0,
-        replica_acks: int = 0,
-        replica_ack_timeout: TimeArg = 1.0,
-        slow_wait: TimeArg = 5.0,
-        slow_hold: TimeArg = 60.0,
-        cluster: bool = False,
-    ) -> Self:
+    def from_url(cls, url: str, *, cluster: bool = False, **options: Unpack[Options]) -> Self:
         """A client that owns a new redis client for ``url`` and closes it.
 
         ``cluster=True``: ``url`` names a node of a Redis Cluster (a ``RedisCluster``).
@@ -228,19 +187,7 @@ class Client:
         # Only its settings are used: aiolock's connections are its own (see __init__).
         redis: Redis | RedisCluster = RedisCluster.from_url(url) if cluster else Redis.from_url(url)
         try:
-            client = cls(
-                redis,
-                watchdog_timeout=watchdog_timeout,
-                key_prefix=key_prefix,
-                subscribe_timeout=subscribe_timeout,
-                retry_attempts=retry_attempts,
-                retry_interval=retry_interval,
-                fair_lock_wait_timeout=fair_lock_wait_timeout,
-                replica_acks=replica_acks,
-                replica_ack_timeout=replica_ack_timeout,
-                slow_wait=slow_wait,
-                slow_hold=slow_hold,
-            )
+            client = cls(redis, **options)
         except BaseException:
             # Nothing was connected yet; drop the pool without awaiting.
             del redis

@@ -7,8 +7,10 @@ argument.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from datetime import timedelta
+from typing import TypedDict, Unpack, cast
 
 __all__ = (
     "MAX_COUNT",
@@ -16,10 +18,13 @@ __all__ = (
     "MAX_SECONDS",
     "MIN_WATCHDOG_SECONDS",
     "ClientOptions",
+    "Options",
     "Settings",
+    "UrlOptions",
     "check_count",
     "check_name",
     "check_owner",
+    "check_url_options",
     "lease_seconds",
     "wait_seconds",
 )
@@ -159,9 +164,35 @@ def check_owner(owner: object) -> str | None:
     return owner
 
 
+class Options(TypedDict, total=False):
+    """The client's keyword options, as ``Client(redis, **options)`` takes them.
+
+    Written once here: the client, ``from_url``, the sync client and the integrations take
+    ``**options`` of this type, so a type checker checks a caller's names and types, and
+    :class:`ClientOptions` holds the defaults and the validation.
+    """
+
+    watchdog_timeout: TimeArg
+    key_prefix: str
+    subscribe_timeout: TimeArg
+    retry_attempts: int
+    retry_interval: TimeArg
+    fair_lock_wait_timeout: TimeArg
+    replica_acks: int
+    replica_ack_timeout: TimeArg
+    slow_wait: TimeArg
+    slow_hold: TimeArg
+
+
+class UrlOptions(Options, total=False):
+    """``from_url``'s options: the client's, and ``cluster`` (``url`` names a cluster node)."""
+
+    cluster: bool
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClientOptions:
-    """The client's options, validated once at construction.
+    """The client's options, validated once at construction; the defaults are these.
 
     Times are seconds. ``watchdog_timeout`` is the lease of locks taken without ``lease``;
     the renewal task renews them every third of it.
@@ -180,47 +211,80 @@ class ClientOptions:
     slow_hold: float | None = 60.0
 
     @classmethod
-    def build(
-        cls,
-        *,
-        watchdog_timeout: TimeArg = 30.0,
-        key_prefix: str = "",
-        subscribe_timeout: TimeArg = 7.5,
-        retry_attempts: int = 3,
-        retry_interval: TimeArg = 0.2,
-        fair_lock_wait_timeout: TimeArg = 300.0,
-        replica_acks: int = 0,
-        replica_ack_timeout: TimeArg = 1.0,
-        slow_wait: TimeArg = 5.0,
-        slow_hold: TimeArg = 60.0,
-    ) -> ClientOptions:
+    def build(cls, **options: Unpack[Options]) -> ClientOptions:
         """Validate raw keyword options and return the frozen options."""
+        _check_names(options)
+        key_prefix = options.get("key_prefix", _DEFAULTS.key_prefix)
         check_key_prefix(key_prefix)
+        retry_attempts = options.get("retry_attempts", _DEFAULTS.retry_attempts)
         if isinstance(retry_attempts, bool) or not isinstance(retry_attempts, int):
             raise TypeError(f"retry_attempts must be an int, not {type(retry_attempts).__name__}")
         if not 0 <= retry_attempts <= _MAX_RETRY_ATTEMPTS:
             raise ValueError(
                 f"retry_attempts must be >= 0 and <= {_MAX_RETRY_ATTEMPTS}, got {retry_attempts}"
             )
+        replica_acks = options.get("replica_acks", _DEFAULTS.replica_acks)
         if isinstance(replica_acks, bool) or not isinstance(replica_acks, int):
             raise TypeError(f"replica_acks must be an int, not {type(replica_acks).__name__}")
         if not 0 <= replica_acks <= MAX_COUNT:
             raise ValueError(f"replica_acks must be >= 0 and <= 2**63 - 1, got {replica_acks}")
-        watchdog = _positive(watchdog_timeout, "watchdog_timeout", MIN_WATCHDOG_SECONDS)
         return cls(
-            watchdog_timeout=watchdog,
+            watchdog_timeout=_positive(
+                options.get("watchdog_timeout", _DEFAULTS.watchdog_timeout),
+                "watchdog_timeout",
+                MIN_WATCHDOG_SECONDS,
+            ),
             key_prefix=key_prefix,
-            subscribe_timeout=_positive(subscribe_timeout, "subscribe_timeout"),
+            subscribe_timeout=_positive(
+                options.get("subscribe_timeout", _DEFAULTS.subscribe_timeout), "subscribe_timeout"
+            ),
             retry_attempts=retry_attempts,
-            retry_interval=_non_negative(retry_interval, "retry_interval"),
+            retry_interval=_non_negative(
+                options.get("retry_interval", _DEFAULTS.retry_interval), "retry_interval"
+            ),
             # Both are sent in ms (the fair lock's W, WAIT's timeout): never 0 ms.
             fair_lock_wait_timeout=_positive(
-                fair_lock_wait_timeout, "fair_lock_wait_timeout", 0.001
+                options.get("fair_lock_wait_timeout", _DEFAULTS.fair_lock_wait_timeout),
+                "fair_lock_wait_timeout",
+                0.001,
             ),
             replica_acks=replica_acks,
-            replica_ack_timeout=_positive(replica_ack_timeout, "replica_ack_timeout", 0.001),
-            slow_wait=wait_seconds(slow_wait, "slow_wait"),
-            slow_hold=wait_seconds(slow_hold, "slow_hold"),
+            replica_ack_timeout=_positive(
+                options.get("replica_ack_timeout", _DEFAULTS.replica_ack_timeout),
+                "replica_ack_timeout",
+                0.001,
+            ),
+            slow_wait=wait_seconds(options.get("slow_wait", _DEFAULTS.slow_wait), "slow_wait"),
+            slow_hold=wait_seconds(options.get("slow_hold", _DEFAULTS.slow_hold), "slow_hold"),
+        )
+
+
+_DEFAULTS = ClientOptions()
+_OPTION_NAMES = frozenset(field.name for field in fields(ClientOptions))
+
+
+def check_url_options(options: UrlOptions) -> None:
+    """Validate ``from_url``'s options without connecting.
+
+    For helpers that make their client later (at an app's startup): bad input still fails
+    where it was given.
+    """
+    rest = dict(options)
+    cluster = rest.pop("cluster", False)
+    if not isinstance(cluster, bool):
+        raise TypeError(f"cluster must be a bool, not {type(cluster).__name__}")
+    ClientOptions.build(**cast(Options, rest))
+
+
+def _check_names(options: Mapping[str, object]) -> None:
+    """Refuse an unknown option by name, as Python refuses an unknown keyword argument.
+
+    ``**options`` accepts any name at run time; only a type checker sees the TypedDict.
+    """
+    unknown = sorted(set(options) - _OPTION_NAMES)
+    if unknown:
+        raise TypeError(
+            f"unknown option {unknown[0]!r}; the options are: {', '.join(sorted(_OPTION_NAMES))}"
         )
 
 

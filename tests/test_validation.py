@@ -290,6 +290,49 @@ def test_client_options_timedelta() -> None:
     assert client._options.retry_interval == 0.0
 
 
+def _async_client(**options: Any) -> object:
+    return aiolock.Client.from_url(CLOSED_PORT_URL, **options)
+
+
+def _sync_client(**options: Any) -> object:
+    import aiolock.sync  # noqa: PLC0415 - only this test needs it
+
+    return aiolock.sync.Client.from_url(CLOSED_PORT_URL, **options)
+
+
+def _fastapi_lifespan(**options: Any) -> object:
+    fastapi = pytest.importorskip("aiolock.integrations.fastapi")
+    return fastapi.lifespan(CLOSED_PORT_URL, **options)
+
+
+def _aiohttp_setup(**options: Any) -> object:
+    aiohttp = pytest.importorskip("aiolock.integrations.aiohttp")
+    web = pytest.importorskip("aiohttp.web")
+    return aiohttp.setup(web.Application(), CLOSED_PORT_URL, **options)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [_async_client, _sync_client, _fastapi_lifespan, _aiohttp_setup],
+    ids=["from_url", "sync", "fastapi", "aiohttp"],
+)
+@pytest.mark.parametrize(
+    ("options", "error", "match"),
+    [
+        pytest.param({"watchdog_timout": 9}, TypeError, "'watchdog_timout'", id="misspelt"),
+        pytest.param({"retry_attempts": -1}, ValueError, "retry_attempts", id="bad-value"),
+        pytest.param({"cluster": "yes"}, TypeError, "cluster", id="bad-cluster"),
+    ],
+)
+def test_every_entry_point_checks_options_when_given(
+    make: Callable[..., object], options: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    """A misspelt or bad option fails where it is given, naming it: also in the helpers that
+    make their client later, at the app's startup."""
+    with pytest.raises(error, match=match):
+        make(**options)
+
+
 @pytest.mark.parametrize(
     "bad", [object(), None, "redis://127.0.0.1:1"], ids=["object", "None", "url"]
 )

@@ -27,11 +27,12 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Unpack
 
 from aiohttp import web
 
 from .._client import Client
+from .._config import UrlOptions, check_url_options
 from ._common import POLL_INTERVAL, LockKind, Refused, Route, held
 
 __all__ = ("Handler", "client_key", "locked", "setup")
@@ -43,7 +44,7 @@ client_key = web.AppKey("aiolock_client", Client)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def setup(app: web.Application, url: str, **options: Any) -> None:
+def setup(app: web.Application, url: str, **options: Unpack[UrlOptions]) -> None:
     """Give ``app`` one client for ``url`` (``app[client_key]``), closed at cleanup.
 
     ``options`` are ``aiolock.Client.from_url``'s. The client is made when the app starts
@@ -51,6 +52,7 @@ def setup(app: web.Application, url: str, **options: Any) -> None:
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, not {type(url).__name__}")
+    check_url_options(options)  # here, not at the app's startup
 
     async def client_context(app: web.Application) -> AsyncIterator[None]:
         client = Client.from_url(url, **options)

@@ -23,13 +23,14 @@ Needs the ``aiolock[fastapi]`` extra. Importing ``aiolock`` never imports this m
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Mapping
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from fastapi import HTTPException, Request
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect
 
 from .._client import Client
+from .._config import UrlOptions, check_url_options
 from .._engine.guard import Hold
 from ._common import CLIENT_CLOSED_REQUEST, LockKind, Refused, Route, held
 
@@ -45,7 +46,7 @@ AppLifespan = Callable[[AppT], contextlib.AbstractAsyncContextManager[Mapping[st
 
 
 def lifespan(
-    url: str, *, app_lifespan: AppLifespan[AppT] | None = None, **options: Any
+    url: str, *, app_lifespan: AppLifespan[AppT] | None = None, **options: Unpack[UrlOptions]
 ) -> Callable[[AppT], contextlib.AbstractAsyncContextManager[dict[str, Any]]]:
     """A lifespan that gives the app one client for ``url`` and closes it at shutdown.
 
@@ -54,6 +55,7 @@ def lifespan(
     """
     if not isinstance(url, str):
         raise TypeError(f"url must be a str, not {type(url).__name__}")
+    check_url_options(options)  # here, not at the app's startup
 
     @contextlib.asynccontextmanager
     async def run(app: AppT) -> AsyncIterator[dict[str, Any]]:

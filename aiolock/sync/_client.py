@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, Unpack
 
 from .._client import Client as AsyncClient
-from .._config import TimeArg, lease_seconds, wait_seconds
+from .._config import Options, TimeArg, lease_seconds, wait_seconds
 from .._events import Listener
 from .._exceptions import ClientClosedError
 from .._objects.decorator import LockKind, check_kind, locked
@@ -49,43 +49,13 @@ class Client:
         self._rt = Runtime(async_client)
 
     @classmethod
-    def from_url(
-        cls,
-        url: str,
-        *,
-        watchdog_timeout: TimeArg = 30.0,
-        key_prefix: str = "",
-        subscribe_timeout: TimeArg = 7.5,
-        retry_attempts: int = 3,
-        retry_interval: TimeArg = 0.2,
-        fair_lock_wait_timeout: TimeArg = 300.0,
-        replica_acks: int = 0,
-        replica_ack_timeout: TimeArg = 1.0,
-        slow_wait: TimeArg = 5.0,
-        slow_hold: TimeArg = 60.0,
-        cluster: bool = False,
-    ) -> Self:
+    def from_url(cls, url: str, *, cluster: bool = False, **options: Unpack[Options]) -> Self:
         """A client for ``url`` with the async client's options.
 
         ``cluster=True``: ``url`` names a node of a Redis Cluster. Nothing connects until
         the first call.
         """
-        return cls(
-            AsyncClient.from_url(
-                url,
-                watchdog_timeout=watchdog_timeout,
-                key_prefix=key_prefix,
-                subscribe_timeout=subscribe_timeout,
-                retry_attempts=retry_attempts,
-                retry_interval=retry_interval,
-                fair_lock_wait_timeout=fair_lock_wait_timeout,
-                replica_acks=replica_acks,
-                replica_ack_timeout=replica_ack_timeout,
-                slow_wait=slow_wait,
-                slow_hold=slow_hold,
-                cluster=cluster,
-            )
-        )
+        return cls(AsyncClient.from_url(url, cluster=cluster, **options))
 
     @property
     def id(self) -> str:

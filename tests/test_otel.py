@@ -7,6 +7,7 @@ exporter would: instrument names, units, attributes and span timing.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import subprocess
 import sys
@@ -396,3 +397,97 @@ def test_import_aiolock_does_not_import_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[] False", out.stdout
+
+
+async def test_exported_data_is_what_the_events_say(
+    make_client: ClientFactory, otel: Telemetry, name: str
+) -> None:
+    """Every histogram point (count, sum, min, max, buckets), counter and span, compared
+    with what the events of the same calls say: holds, a reentrant and a read hold, a
+    timeout, a semaphore permit, a hold lost to force_unlock()."""
+    client, other = make_client(), make_client()
+    otel.instrument(client)
+    seen = recorder(client)
+    lock = client.lock(name)
+    async with lock, lock:
+        assert not await other.lock(name).try_lock(wait=0)
+    async with client.read_write_lock(name + ":rw").read_lock():
+        pass
+    await other.lock(name + ":x").lock()
+    assert not await client.lock(name + ":x").try_lock(wait=0.01)
+    sem = client.semaphore(name + ":sem")
+    assert await sem.try_set_permits(1)
+    await sem.acquire()
+    await client.fair_lock(name + ":fair").lock()
+    assert await client.fair_lock(name + ":fair").force_unlock()
+    await wait_until(lambda: any(isinstance(e, events.Lost) for e in seen), what="the loss")
+
+    def expect_histogram(metric: str, values: dict[tuple[str, str], list[float]]) -> None:
+        points = otel.points(metric)
+        assert len(points) == len(values)
+        for (kind, outcome), got in values.items():
+            point = otel.point(metric, aiolock_kind=kind, aiolock_outcome=outcome)
+            assert isinstance(point, HistogramDataPoint)
+            assert (point.count, point.sum, point.min, point.max) == (
+                len(got),
+                sum(got),
+                min(got),
+                max(got),
+            )
+            buckets = [0] * (len(point.explicit_bounds) + 1)
+            for value in got:
+                buckets[bisect.bisect_left(point.explicit_bounds, value)] += 1
+            assert list(point.bucket_counts) == buckets
+
+    waits: dict[tuple[str, str], list[float]] = {}
+    holds: dict[tuple[str, str], list[float]] = {}
+    lost: dict[tuple[str, str], int] = {}
+    acquire_spans: list[tuple[dict[str, Any], StatusCode, str | None, int]] = []
+    release_spans: list[dict[str, Any]] = []
+    for event in seen:
+        if isinstance(event, events.Acquired):
+            waits.setdefault((event.kind, "acquired"), []).append(event.waited)
+            attrs: dict[str, Any] = {"aiolock.kind": event.kind, "aiolock.outcome": "acquired"}
+            if event.reentrant:
+                attrs["aiolock.reentrant"] = True
+            acquire_spans.append((attrs, StatusCode.UNSET, None, round(event.waited * 1e9)))
+        elif isinstance(event, events.AcquireFailed):
+            waits.setdefault((event.kind, event.reason), []).append(event.waited)
+            attrs = {"aiolock.kind": event.kind, "aiolock.outcome": event.reason}
+            attrs["error.type"] = event.reason
+            acquire_spans.append((attrs, StatusCode.ERROR, event.reason, round(event.waited * 1e9)))
+        elif isinstance(event, events.Released):
+            holds.setdefault((event.kind, "released"), []).append(event.held)
+            release_spans.append({"aiolock.kind": event.kind, "aiolock.hold.duration": event.held})
+        elif isinstance(event, events.Lost):
+            holds.setdefault((event.kind, "lost"), []).append(event.held)
+            lost[event.kind, event.how] = lost.get((event.kind, event.how), 0) + 1
+    assert ("lock", "timeout") in waits
+    assert ("semaphore", "acquired") in waits
+    assert ("fair_lock", "force_unlock") in lost
+    expect_histogram("aiolock.acquire.wait", waits)
+    expect_histogram("aiolock.hold.duration", holds)
+    assert {
+        (
+            dict(p.attributes or {})["aiolock.kind"],
+            dict(p.attributes or {})["aiolock.loss.reason"],
+        ): p.value  # type: ignore[union-attr]
+        for p in otel.points("aiolock.lease.lost")
+    } == lost
+    assert [
+        (dict(s.attributes or {}), s.status.status_code, s.status.description,
+         (s.end_time or 0) - (s.start_time or 0))
+        for s in otel.spans("aiolock.acquire")
+    ] == acquire_spans  # fmt: skip
+    assert [dict(s.attributes or {}) for s in otel.spans("aiolock.release")] == release_spans
+    for span in otel.spans("aiolock.release"):
+        assert span.start_time == span.end_time
+    assert {
+        dict(p.attributes or {})["aiolock.kind"]: p.value for p in otel.points("aiolock.held")
+    } == {
+        "lock": 0,
+        "read_lock": 0,
+        "fair_lock": 0,
+    }
+    await other.lock(name + ":x").unlock()
+    await sem.delete()

@@ -186,14 +186,14 @@ def _spread(values: list[float], fmt: str) -> str:
 
 
 async def _in_situ(client: aiolock.Client, listener: Callable[[object], None]) -> float:
-    """µs per event of ``listener`` called from the client's own pairs (1 task)."""
-    spent = [0, 0]
+    """µs per event of ``listener`` called from the client's own pairs (1 task): the
+    median of the calls, so that the few the machine's other load preempts do not count."""
+    spent: list[int] = []
 
     def timed(event: object) -> None:
         start = time.perf_counter_ns()
         listener(event)
-        spent[0] += time.perf_counter_ns() - start
-        spent[1] += 1
+        spent.append(time.perf_counter_ns() - start)
 
     client.add_listener(timed)
     try:
@@ -201,13 +201,13 @@ async def _in_situ(client: aiolock.Client, listener: Callable[[object], None]) -
         for _ in range(300):  # warm
             await lock.lock()
             await lock.unlock()
-        spent[:] = [0, 0]
+        spent.clear()
         for _ in range(3000):
             await lock.lock()
             await lock.unlock()
     finally:
         client.remove_listener(timed)
-    return spent[0] / spent[1] / 1000
+    return statistics.median(spent) / 1000
 
 
 async def pairs(reps: int, duration: float, tasks: int, pin: int | None) -> None:
@@ -242,7 +242,9 @@ async def pairs(reps: int, duration: float, tasks: int, pin: int | None) -> None
                         f"{config:<14} {_spread(rate[config], '.0f'):>20} "
                         f"{_spread(cpu_us[config], '.1f'):>20} {_spread(delta, '+.1f'):>22}"
                     )
-            print("\nthe listener timed in the pairs above (1 task, µs per event, cold caches)")
+            print(
+                "\nthe listener timed in the pairs above (1 task, median µs per event, cold caches)"
+            )
             for label, spans in (("metrics", False), ("metrics+spans", True)):
                 listener, undo = _instrumentation_listener(
                     meter_provider, tracer_provider if spans else trace.NoOpTracerProvider()

@@ -7,6 +7,7 @@ exporter would: instrument names, units, attributes and span timing.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import subprocess
 import sys
@@ -396,3 +397,106 @@ def test_import_aiolock_does_not_import_opentelemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
     assert out.stdout.strip() == "[] False", out.stdout
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["kinds", "names"])
+async def test_exported_data_is_what_the_events_say(
+    make_client: ClientFactory, otel: Telemetry, name: str, named: bool
+) -> None:
+    """Every histogram point (count, sum, min, max, buckets), counter and span, compared
+    with what the events of the same calls say: holds, a reentrant and a read hold, a
+    timeout, a semaphore permit, a hold lost to force_unlock(); with and without lock names."""
+    client, other = make_client(), make_client()
+    otel.instrument(client, name_attributes=named)
+    seen = recorder(client)
+    lock = client.lock(name)
+    async with lock, lock:
+        assert not await other.lock(name).try_lock(wait=0)
+    async with client.read_write_lock(name + ":rw").read_lock():
+        pass
+    await other.lock(name + ":x").lock()
+    assert not await client.lock(name + ":x").try_lock(wait=0.01)
+    sem = client.semaphore(name + ":sem")
+    assert await sem.try_set_permits(1)
+    await sem.acquire()
+    await client.fair_lock(name + ":fair").lock()
+    assert await client.fair_lock(name + ":fair").force_unlock()
+    await wait_until(lambda: any(isinstance(e, events.Lost) for e in seen), what="the loss")
+    await other.lock(name + ":x").unlock()  # another client's: no event here
+    await sem.delete()
+
+    Key = frozenset[tuple[str, Any]]
+
+    def key(event: Any, **more: Any) -> dict[str, Any]:
+        """The attributes of ``event``'s points and spans, and ``more`` (dots for _)."""
+        attrs = {"aiolock.kind": event.kind} | {k.replace("_", "."): v for k, v in more.items()}
+        return attrs | {"aiolock.lock.name": event.name} if named else attrs
+
+    def exported(metric: str) -> dict[Key, Point]:
+        return {frozenset(dict(p.attributes or {}).items()): p for p in otel.points(metric)}
+
+    def expect_histogram(metric: str, values: dict[Key, list[float]]) -> None:
+        points = exported(metric)
+        assert set(points) == set(values)
+        for attrs, got in values.items():
+            point = points[attrs]
+            assert isinstance(point, HistogramDataPoint)
+            assert (point.count, point.sum, point.min, point.max) == (
+                len(got),
+                sum(got),
+                min(got),
+                max(got),
+            )
+            buckets = [0] * (len(point.explicit_bounds) + 1)
+            for value in got:
+                buckets[bisect.bisect_left(point.explicit_bounds, value)] += 1
+            assert list(point.bucket_counts) == buckets
+
+    waits: dict[Key, list[float]] = {}
+    holds: dict[Key, list[float]] = {}
+    lost: dict[Key, int] = {}
+    acquire_spans: list[tuple[dict[str, Any], StatusCode, str | None, int]] = []
+    release_spans: list[dict[str, Any]] = []
+    for event in seen:
+        if isinstance(event, events.Acquired):
+            attrs = key(event, aiolock_outcome="acquired")
+            waits.setdefault(frozenset(attrs.items()), []).append(event.waited)
+            if event.reentrant:
+                attrs["aiolock.reentrant"] = True
+            acquire_spans.append((attrs, StatusCode.UNSET, None, round(event.waited * 1e9)))
+        elif isinstance(event, events.AcquireFailed):
+            attrs = key(event, aiolock_outcome=event.reason)
+            waits.setdefault(frozenset(attrs.items()), []).append(event.waited)
+            attrs["error.type"] = event.reason
+            acquire_spans.append((attrs, StatusCode.ERROR, event.reason, round(event.waited * 1e9)))
+        elif isinstance(event, events.Released):
+            attrs = key(event, aiolock_outcome="released")
+            holds.setdefault(frozenset(attrs.items()), []).append(event.held)
+            release_spans.append(key(event) | {"aiolock.hold.duration": event.held})
+        elif isinstance(event, events.Lost):
+            attrs = key(event, aiolock_outcome="lost")
+            holds.setdefault(frozenset(attrs.items()), []).append(event.held)
+            reason = frozenset(key(event, aiolock_loss_reason=event.how).items())
+            lost[reason] = lost.get(reason, 0) + 1
+    assert any(("aiolock.outcome", "timeout") in attrs for attrs in waits)
+    assert any(("aiolock.kind", "semaphore") in attrs for attrs in waits)
+    assert any(("aiolock.loss.reason", "force_unlock") in attrs for attrs in lost)
+    expect_histogram("aiolock.acquire.wait", waits)
+    expect_histogram("aiolock.hold.duration", holds)
+    counted = exported("aiolock.lease.lost")
+    assert {
+        attrs: p.value for attrs, p in counted.items() if isinstance(p, NumberDataPoint)
+    } == lost
+    assert [
+        (dict(s.attributes or {}), s.status.status_code, s.status.description,
+         (s.end_time or 0) - (s.start_time or 0))
+        for s in otel.spans("aiolock.acquire")
+    ] == acquire_spans  # fmt: skip
+    assert [dict(s.attributes or {}) for s in otel.spans("aiolock.release")] == release_spans
+    for span in otel.spans("aiolock.release"):
+        assert span.start_time == span.end_time
+    # Nothing held now: a 0 per kind; with lock names, no series left.
+    held = [(dict(p.attributes or {}), p) for p in otel.points("aiolock.held")]
+    assert {
+        attrs["aiolock.kind"]: p.value for attrs, p in held if isinstance(p, NumberDataPoint)
+    } == ({} if named else {"lock": 0, "read_lock": 0, "fair_lock": 0})

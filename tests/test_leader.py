@@ -14,7 +14,7 @@ import aiolock
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, command
-from .helpers import wait_until
+from .helpers import forced_term_ends_on_its_message, wait_until
 
 LIMIT = 10.0
 #: A watchdog lease whose renewal (every third of it) finds a forced unlock within 0.3 s.
@@ -143,6 +143,24 @@ async def test_forced_term_ends_before_the_next_begins(
         assert a._renewal.rounds == rounds
 
 
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"protocol": 3}, {"protocol": 3, "decode_responses": True}],
+    ids=["resp2", "resp3", "resp3-decoded"],
+)
+async def test_forced_term_ends_on_its_message_in_any_reply_mode(
+    redis_url: str, make_client: ClientFactory, name: str, options: dict[str, Any]
+) -> None:
+    """The barrier's answer is told apart in RESP2 subscribed mode and in RESP3."""
+    redis = Redis.from_url(redis_url, **options)
+    client = aiolock.Client(redis)
+    try:
+        await forced_term_ends_on_its_message(client, make_client(), name)
+    finally:
+        await client.aclose()
+        await redis.aclose()
+
+
 async def _spanned(leader: aiolock.Leader, span: list[float], stay: asyncio.Event | None) -> None:
     """One term whose work logs its start and end; with ``stay``, set it and run until
     cancelled."""
@@ -194,7 +212,7 @@ async def test_unlock_message_before_the_barrier_does_not_end_the_term(
 
         barrier.remove()
         await asyncio.wait_for(entered.wait(), LIMIT)
-        assert leader.is_leader
+        assert [leader.is_leader] == [True]
         assert await raw.publish(channel, "0") == 1
         with pytest.raises(aiolock.LockLostError, match="deleted while it held it"):
             await asyncio.wait_for(task, LIMIT)

@@ -7,6 +7,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import pytest
 from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
@@ -299,3 +300,34 @@ class EventLedger:
         assert not self.open, f"holds begun and never ended in the events: {self.open}"
         assert not self.waiting, f"waits started and never ended in the events: {self.waiting}"
         assert not self.unended, f"waits whose call never told its end: {self.unended}"
+
+
+async def forced_term_ends_on_its_message(
+    client: aiolock.Client, admin: aiolock.Client, name: str, limit: float = 10.0
+) -> None:
+    """A leader term of ``client`` forced away by ``admin`` ends on the unlock message itself.
+
+    The term's body starts once its watch's barrier (a PING on the pub/sub connection that
+    carries the channel) is back; the force then ends it with no renewal run (the loss's
+    reason names the message), whatever the protocol or topology (sharded pub/sub on a
+    cluster, the primary Sentinel names).
+    """
+    leader = client.leader(name)
+    entered = asyncio.Event()
+
+    async def term() -> None:
+        async with leader.elected():
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(term())
+    try:
+        await asyncio.wait_for(entered.wait(), limit)
+        rounds = client._renewal.rounds
+        assert await admin.lock(name).force_unlock()
+        with pytest.raises(aiolock.LockLostError, match="deleted while it held it"):
+            await asyncio.wait_for(task, limit)
+        assert client._renewal.rounds == rounds
+    finally:
+        task.cancel()
+        await asyncio.wait([task])

@@ -23,7 +23,7 @@ from aiolock._net.cluster import Cluster
 
 from . import clusters
 from .clusters import names_on_every_primary, node_redis
-from .helpers import wait_until
+from .helpers import forced_term_ends_on_its_message, wait_until
 from .topologies import ClusterHandle, redis_cluster
 
 # The cluster's fixtures, in place of the single server's (tests/clusters.py).
@@ -152,6 +152,16 @@ def test_a_latch_name_with_a_hash_tag_is_refused_on_a_cluster(
     with pytest.raises(ValueError, match="cannot work on a Redis Cluster"):
         client.count_down_latch("{orders}:ready")
     client.semaphore("{orders}:slots")  # the semaphore's channel keeps the tag: fine
+
+
+async def test_forced_leader_term_ends_on_its_sharded_message(
+    cluster: ClusterHandle, make_client: ClientFactory, uid: str
+) -> None:
+    """A leader's barrier (a PING on the SSUBSCRIBE connection of each primary) comes back:
+    a forced term ends on its message, with no renewal, on every primary."""
+    client, admin = make_client(), make_client()
+    for name in names_on_every_primary(cluster, uid):
+        await forced_term_ends_on_its_message(client, admin, name, LIMIT)
 
 
 async def test_renewal_is_one_call_per_slot(

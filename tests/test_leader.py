@@ -13,8 +13,8 @@ from redis.asyncio import Redis
 import aiolock
 
 from .conftest import ClientFactory
-from .faultproxy import FaultProxy
-from .helpers import wait_until
+from .faultproxy import FaultProxy, command
+from .helpers import forced_term_ends_on_its_message, wait_until
 
 LIMIT = 10.0
 #: A watchdog lease whose renewal (every third of it) finds a forced unlock within 0.3 s.
@@ -105,6 +105,126 @@ async def test_term_lost_to_force_unlock(make_client: ClientFactory, name: str) 
         await asyncio.wait_for(task, 3)
     assert cancelled == [True]
     assert not leader.is_leader
+
+
+def _barrier_back(leader: aiolock.Leader) -> bool:
+    """Whether the watch of the leader's term has its barrier back (engine internals)."""
+    lock = leader.lock
+    waiters = lock._engine.services.waiting.waiters(lock._p.channel(""))
+    return any(w.barrier is not None and w.barrier.passed for w in waiters)
+
+
+async def test_forced_term_ends_before_the_next_begins(
+    make_client: ClientFactory, name: str
+) -> None:
+    """force_unlock() of a term under way: its work ends before the next leader's begins, on
+    this machine's clock, every time. The unlock message that wakes the next candidate
+    ends the term itself, in its own callback (no renewal runs to find the loss), and the
+    next term begins only once its own barrier is back, a round trip later."""
+    a, b, admin = make_client(), make_client(), make_client()
+    a_leader, b_leader = a.leader(name), b.leader(name)
+    for _ in range(20):
+        a_span: list[float] = []
+        b_start: list[float] = []
+        a_in = asyncio.Event()
+        a_task = asyncio.create_task(_spanned(a_leader, a_span, a_in))
+        await a_in.wait()
+        b_task = asyncio.create_task(_spanned(b_leader, b_start, None))
+        await wait_until(
+            lambda: b_leader.lock.statistics().tasks_waiting == 1 and _barrier_back(a_leader),
+            what="b campaigns, a's term has its barrier back",
+        )
+        rounds = a._renewal.rounds
+        assert await admin.lock(name).force_unlock()
+        with pytest.raises(aiolock.LockLostError):
+            await asyncio.wait_for(a_task, LIMIT)
+        await asyncio.wait_for(b_task, LIMIT)
+        assert a_span[1] < b_start[0], f"a's work ran {b_start[0] - a_span[1]:.6f} s into b's"
+        assert a._renewal.rounds == rounds
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"protocol": 3}, {"protocol": 3, "decode_responses": True}],
+    ids=["resp2", "resp3", "resp3-decoded"],
+)
+async def test_forced_term_ends_on_its_message_in_any_reply_mode(
+    redis_url: str, make_client: ClientFactory, name: str, options: dict[str, Any]
+) -> None:
+    """The barrier's answer is told apart in RESP2 subscribed mode and in RESP3."""
+    redis = Redis.from_url(redis_url, **options)
+    client = aiolock.Client(redis)
+    try:
+        await forced_term_ends_on_its_message(client, make_client(), name)
+    finally:
+        await client.aclose()
+        await redis.aclose()
+
+
+async def _spanned(leader: aiolock.Leader, span: list[float], stay: asyncio.Event | None) -> None:
+    """One term whose work logs its start and end; with ``stay``, set it and run until
+    cancelled."""
+    async with leader.elected():
+        span.append(time.monotonic())
+        if stay is None:
+            return
+        stay.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            span.append(time.monotonic())
+
+
+async def test_unlock_message_before_the_barrier_does_not_end_the_term(
+    proxy: FaultProxy, raw: Redis, name: str
+) -> None:
+    """An unlock message heard after the term's acquire but before its barrier (a PING on
+    the pub/sub connection, held back here) may be stale, a release published before the
+    acquire and delivered late: the renewal checks it, finds the hold, and the term goes
+    on. Its body starts once the barrier is back; from then on the same message ends the
+    term at once (no renewal), and its hold, still on the server here, is released by the
+    usual exit."""
+    client = aiolock.Client.from_url(proxy.url)
+    rounds: list[aiolock.events.RenewalRound] = []
+    client.add_listener(
+        lambda event: (
+            rounds.append(event) if isinstance(event, aiolock.events.RenewalRound) else None
+        )
+    )
+    leader = client.leader(name)
+    channel = leader.lock._p.channel("")
+    entered = asyncio.Event()
+
+    async def term() -> None:
+        async with leader.elected():
+            entered.set()
+            await asyncio.Event().wait()
+
+    try:
+        barrier = proxy.delay(LIMIT * 2, command("PING"))
+        task = asyncio.create_task(term())
+        await asyncio.wait_for(barrier.received.wait(), LIMIT)
+        await wait_until(lambda: len(rounds) == 1, what="the watch's first renewal")
+        assert await raw.publish(channel, "0") == 1
+        await wait_until(lambda: len(rounds) == 2, what="the renewal the message asked for")
+        assert not entered.is_set()  # the term waits for its barrier
+        assert not task.done()
+
+        barrier.remove()
+        await asyncio.wait_for(entered.wait(), LIMIT)
+        assert [leader.is_leader] == [True]
+        assert await raw.publish(channel, "0") == 1
+        with pytest.raises(aiolock.LockLostError, match="deleted while it held it"):
+            await asyncio.wait_for(task, LIMIT)
+        assert len(rounds) == 2
+        assert not leader.is_leader
+
+        async def released() -> bool:
+            return not await raw.exists(name)
+
+        await wait_until(released, what="the hold released by the exit")
+    finally:
+        await client.aclose()
 
 
 async def test_run_campaigns_again_after_a_loss(

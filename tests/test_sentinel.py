@@ -20,7 +20,7 @@ from redis.asyncio.sentinel import Sentinel
 import aiolock
 
 from .faultproxy import FaultProxy
-from .helpers import wait_until
+from .helpers import forced_term_ends_on_its_message, wait_until
 from .test_cli import aiolock_cli
 from .topologies import SentinelHandle, redis_sentinel
 
@@ -113,6 +113,11 @@ async def _sentinels_without_events(
             await redis.aclose()
         for node in group.sentinels:
             node.call("ACL", "DELUSER", user)
+
+
+async def test_forced_leader_term_ends_on_its_message(make_client: Any, name: str) -> None:
+    """Through Sentinel too, a forced term ends on its message (its barrier came back)."""
+    await forced_term_ends_on_its_message(make_client(), make_client(), name, LIMIT)
 
 
 async def test_failover_moves_commands_and_pubsub_to_the_new_primary(

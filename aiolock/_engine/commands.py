@@ -38,7 +38,7 @@ class Commands(Part):
             raise script_error(p.name, p.key, exc) from exc
         if deleted and p.polls:
             # Nothing was published: wake this client's own waiters here.
-            self._s.waiting.deliver(p.channel(""), b"0")
+            self._s.waiting.deliver(p.channel(""), b"0", heard=False)
         if deleted:
             # Only what was deleted is lost (a read-write lock's force_unlock() of the other
             # mode deletes nothing, and this client's holds on it stay valid).

@@ -220,7 +220,7 @@ class Releases(Part):
         services.latches.add(latch)
         if result is Release.FREED and p.polls:
             # Nothing was published: this client's own waiters need not wait out a pause.
-            services.waiting.deliver(p.channel(holder), b"0")
+            services.waiting.deliver(p.channel(holder), b"0", heard=False)
         if result is Release.DOWNGRADED:
             # Nothing was published (as in Redisson: the wire must match), yet this
             # client's own readers can get in now: wake them here rather than after their

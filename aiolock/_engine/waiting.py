@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from .._net.subscriptions import wait_event
 
 if TYPE_CHECKING:
+    from .._net.subscriptions import Barrier
     from .handover import Offer
     from .primitive import Call, Primitive
 
@@ -42,7 +43,9 @@ class Waiter:
     """
 
     __slots__ = (
+        "barrier",
         "event",
+        "forced",
         "offer",
         "parked",
         "parked_as",
@@ -71,6 +74,11 @@ class Waiter:
         self.parked_as: Primitive | None = None
         #: A hand-over offered to it (see handover.py), until the waiter is gone.
         self.offer: Offer | None = None
+        #: A watcher's (``watch.py``): a barrier sent on its subscription's connection after
+        #: the hold began, and what to call, at once, for a message heard after the barrier
+        #: passed (it was published while the hold was held: the hold was forced away).
+        self.barrier: Barrier | None = None
+        self.forced: Callable[[], None] | None = None
 
     def park(self, p: Primitive, call: Call) -> None:
         """From now on a release may hand ``call`` the lock (if ``p`` takes it)."""
@@ -106,6 +114,13 @@ class _Line:
         self.shared = 0
         # Of the shared ones, those that only watch the channel (Engine.watch_taken).
         self.watchers: set[Waiter] = set()
+
+    def heard(self) -> None:
+        """A message was heard on the channel: tell each watcher whose barrier has passed."""
+        for waiter in list(self.watchers):
+            barrier = waiter.barrier
+            if waiter.forced is not None and barrier is not None and barrier.passed:
+                waiter.forced()
 
     def wake(self, count: int | None, *, shared: bool = True, available: bool = False) -> int:
         """Wake up to ``count`` exclusive waiters (None or SETTLES: all), oldest first.
@@ -278,10 +293,17 @@ class WaitingRoom:
 
     # -- what pub/sub tells ---------------------------------------------------------------
 
-    def deliver(self, channel: str, data: bytes) -> None:
-        """A message on ``channel``: wake as many waiters as it lets in."""
+    def deliver(self, channel: str, data: bytes, *, heard: bool = True) -> None:
+        """A message on ``channel``: wake as many waiters as it lets in.
+
+        ``heard``: it came from pub/sub (False: this client's own call stands in for a
+        message nobody published, a spin lock's release): only then may it tell a watcher
+        that its hold was forced away.
+        """
         line = self._lines.get(channel)
         if line is not None:
+            if heard and line.watchers:
+                line.heard()
             line.wake(line.wake_count(data), available=True)
 
     def wake_left(self, channel: str, left: int) -> None:

@@ -6,7 +6,7 @@ aiolock's own (``wire.py``): messages are parsed and delivered in the event loop
 callback, with no task and no timeout per message; one timer checks that the connection is
 alive (``keepalive.py``). Every message goes to the waiting room (a ``Recipient``,
 ``subscriptions.py``), which wakes the waiters it concerns; so does every (re)confirmed
-subscription, since messages published while it was down are lost.
+subscription, since messages published while it was down are lost. (Barriers: ``barrier.py``.)
 """
 
 from __future__ import annotations
@@ -24,9 +24,10 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._exceptions import ClientClosedError
+from .barrier import Barriers
 from .keepalive import Keepalive
 from .resp import pack
-from .subscriptions import Channel, Recipient, Subscription, text, wait_event
+from .subscriptions import Barrier, Channel, Recipient, Subscription, text, wait_event
 from .wire import Wire, open_wire
 
 if TYPE_CHECKING:
@@ -90,6 +91,7 @@ class Dispatcher:
         # queue of what was sent tells a reply to an old SUBSCRIBE from the current one.
         self._sent: dict[str, deque[bool]] = {}
         self._wire: Wire | None = None
+        self._barriers = Barriers()
         # Bumped for each wire taken into use: tells a subscription sent on the current
         # wire from one the reconnect has since sent again.
         self._generation = 0
@@ -207,6 +209,7 @@ class Dispatcher:
             return
         self._wire = None
         self._keepalive.stop()
+        self._barriers.lost()
         for channel in self._channels.values():
             channel.confirmed.clear()
         ended = self._ended
@@ -214,10 +217,13 @@ class Dispatcher:
             ended.set_result(exc)
 
     def _on_reply(self, reply: Any) -> None:
-        if isinstance(reply, bytes | str):  # +PONG outside subscribed mode
+        if isinstance(reply, bytes | str):  # a PING's answer outside RESP2 subscribed mode
+            self._barriers.answered(reply)
             return
         kind = text(reply[0])
-        if kind in {"message", "smessage"}:
+        if kind == "pong":  # in RESP2 subscribed mode: "pong" and the PING's argument
+            self._barriers.answered(reply[1])
+        elif kind in {"message", "smessage"}:
             channel = self._channels.get(text(reply[1]))
             if channel is not None:
                 data = reply[2] if isinstance(reply[2], bytes) else str(reply[2]).encode()
@@ -242,6 +248,11 @@ class Dispatcher:
                 # A (re)confirmed subscription may have missed messages: every waiter
                 # re-checks. On a first subscribe nobody waits yet, so this is free.
                 self._room.wake_all(channel.name)
+
+    def barrier(self, channel: Channel) -> Barrier:
+        """A barrier sent now on the wire carrying ``channel`` (broken if none does yet)."""
+        on = self._channels.get(channel.name) is channel and channel.sent_on == self._generation
+        return self._barriers.send(self._wire if on else None, channel)
 
     # -- I/O at the edges ---------------------------------------------------------------
 
@@ -350,6 +361,7 @@ class Dispatcher:
         self._sent.clear()
         names = list(self._channels)
         self._wire = wire
+        self._barriers.connected()
         self._generation += 1
         if again:
             self.reconnects += 1
@@ -383,11 +395,7 @@ class Dispatcher:
         each later wait fail the same way while the connection lives. A new connection
         starts the pairing afresh, subscribes every channel and wakes every waiter.
         """
-        wire = self._wire
-        if wire is not None:
-            wire.close(
-                RedisTimeoutError(f"subscription to {name!r} not confirmed within {bound:g} s")
-            )
+        self.reset(RedisTimeoutError(f"subscription to {name!r} not confirmed within {bound:g} s"))
 
     def _refused(self, exc: ResponseError) -> None:
         """The server refused a reader command: most likely SUBSCRIBE, denied by an ACL.
@@ -415,10 +423,7 @@ class Dispatcher:
                 channel.confirmed.clear()
 
     def reset(self, exc: Exception) -> None:
-        """Drop the connection: its server is no longer the primary.
-
-        The reader connects again, subscribes every channel and wakes every waiter.
-        """
+        """Drop the connection: the reader connects again and resubscribes (wakes all)."""
         wire = self._wire
         if wire is not None:
             wire.close(exc)

@@ -12,7 +12,17 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-__all__ = ("Channel", "PubSub", "Recipient", "Releaser", "Subscription", "text", "wait_event")
+__all__ = (
+    "Barrier",
+    "Channel",
+    "Link",
+    "PubSub",
+    "Recipient",
+    "Releaser",
+    "Subscription",
+    "text",
+    "wait_event",
+)
 
 
 class Recipient(Protocol):
@@ -31,6 +41,9 @@ class Releaser(Protocol):
     def release(self, channel: Channel) -> None:
         """Drop one reference to ``channel``."""
 
+    def barrier(self, channel: Channel) -> Barrier:
+        """A barrier (``barrier.py``) sent now on the connection that carries ``channel``."""
+
 
 class Channel:
     """One subscribed channel: its local references, its confirmation, where it was sent."""
@@ -46,6 +59,52 @@ class Channel:
         self.sent_on: int | None = None
         # Its cluster slot left this server: whoever holds it subscribes anew, elsewhere.
         self.moved = False
+
+
+class Link:
+    """The life of one pub/sub connection: ``up`` until it is lost."""
+
+    __slots__ = ("up",)
+
+    def __init__(self) -> None:
+        self.up = True
+
+
+class Barrier:
+    """A PING sent on the connection carrying a channel, and whether it came back.
+
+    Once it has ``passed``, every message heard on the channel was published after it was
+    sent; before that, a message may be older (``barrier.py``). ``broken`` once that
+    connection is lost or the channel moved to another server: messages then come on
+    another stream, which only a new barrier orders. ``settled`` is set once it came back
+    or its connection was lost.
+    """
+
+    __slots__ = ("_back", "_channel", "_link", "settled")
+
+    def __init__(self, link: Link | None, channel: Channel) -> None:
+        # None: there was no connection to send it on; it never passes.
+        self._link = link
+        self._channel = channel
+        self._back = False
+        self.settled = asyncio.Event()
+        if link is None:
+            self.settled.set()
+
+    def came_back(self) -> None:
+        """Its answer arrived (in order with the connection's messages)."""
+        self._back = True
+        self.settled.set()
+
+    @property
+    def broken(self) -> bool:
+        """Whether its connection is gone or its channel moved: it will never pass now."""
+        return self._link is None or not self._link.up or self._channel.moved
+
+    @property
+    def passed(self) -> bool:
+        """Whether its answer arrived on a connection that still carries the channel."""
+        return self._back and not self.broken
 
 
 class Subscription:
@@ -65,6 +124,14 @@ class Subscription:
     def stale(self) -> bool:
         """Whether the channel's cluster slot moved: this subscription hears nothing more."""
         return self._channel.moved
+
+    def barrier(self) -> Barrier:
+        """Send a barrier now on the connection that carries this subscription.
+
+        Once it has passed, every message heard on the channel was published after this
+        call (``barrier.py``).
+        """
+        return self._dispatcher.barrier(self._channel)
 
 
 class PubSub(Protocol):

@@ -10,9 +10,9 @@ a lost term and after a campaign the server could not answer.
 
 A term cut off from the server ends before its lease can run out, so no other candidate is
 elected while it runs. A term whose lock is deleted under it (``force_unlock()`` from
-anywhere, Redisson's ``forceUnlock()``) learns of it at its client's next renewal (every
-third of the watchdog lease): until then the next candidate, woken at once, may already
-lead.
+anywhere, Redisson's ``forceUnlock()``) ends on the unlock message itself, which reaches
+it before the next candidate, woken by the same message, has its acquire answered; and a
+term's body starts only once its own watch is in place (``_engine/watch.py``).
 """
 
 from __future__ import annotations
@@ -93,9 +93,14 @@ class Leader:
     @contextlib.asynccontextmanager
     async def _elected(self) -> AsyncIterator[Hold]:
         async with self._lock.guarded(lease=self._lease) as hold:
-            self._terms.add(hold)
-            watch = self._lock._watch_taken()
+            armed = asyncio.Event()
+            watch = self._lock._watch_taken(armed)
             try:
+                # The term begins once its watch is in place (a round trip on the pub/sub
+                # connection, see _engine/watch.py): from then on a force ends it at once,
+                # and a leader forced out for it has ended its own term by then.
+                await armed.wait()
+                self._terms.add(hold)
                 yield hold
             finally:
                 self._terms.discard(hold)

@@ -125,21 +125,23 @@ class Lock(LockHandle):
     def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
         super().__init__(engine, LockPrimitive(engine.settings, name), owner=owner)
 
-    def _watch_taken(self) -> asyncio.Task[None]:
+    def _watch_taken(self, armed: asyncio.Event) -> asyncio.Task[None]:
         """Watch the calling holder's hold for a force_unlock(), in a task of its own.
 
-        ``Engine.watch_taken``: a leader's term learns of it at once. Cancel it to stop.
+        ``Engine.watch_taken``: a leader's term learns of it at once, from ``armed`` on
+        (set once the watch is in place). Cancel it to stop.
         """
         holder, _ = self._engine.holder(self._owner)
-        return asyncio.get_running_loop().create_task(_quietly(self._engine, self._p, holder))
+        watch = _quietly(self._engine, self._p, holder, armed)
+        return asyncio.get_running_loop().create_task(watch)
 
 
-async def _quietly(engine: Engine, p: Primitive, holder: str) -> None:
+async def _quietly(engine: Engine, p: Primitive, holder: str, armed: asyncio.Event) -> None:
     """The watch, ended quietly by the client's closing or a connection error.
 
     It only hurries what the periodic renewal does anyway.
     """
     try:
-        await engine.watch_taken(p, holder)
+        await engine.watch_taken(p, holder, armed)
     except (LockError, RedisError, OSError) as exc:
         log.debug("aiolock: watch of %r for a forced unlock ended: %s", p.name, exc)

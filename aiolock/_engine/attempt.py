@@ -59,6 +59,7 @@ class Attempts(Part):
         except BaseException:
             ticket.release()
             raise
+        runner = self._s.runner
         while True:
             hold = self._s.holds.get(p.key, call.field)
             # The count this holder has once the attempt succeeds: a resend that finds it
@@ -75,8 +76,20 @@ class Attempts(Part):
                 if call.timed or (hold is not None and hold.guards)
                 else None
             )
+            invocation = p.acquire(call, target, tombstone)
             try:
-                raw, acked = await self._sent(call, p.acquire(call, target, tombstone))
+                if runner.acks:
+                    raw, acked = await self._sent(call, invocation)
+                else:
+                    # The plain path: the script's own run, one coroutine less per attempt;
+                    # _sent takes over at the first refusal for a passing state.
+                    acked = None
+                    try:
+                        raw = await runner.run(*invocation)
+                    except Exception as exc:
+                        if call.wait == 0 or not runner.passing(exc):
+                            raise
+                        raw, acked = await self._sent(call, invocation, exc)
                 reply = AcquireReply.decode(raw)
             except REFUSED:
                 ticket.release()
@@ -144,7 +157,9 @@ class Attempts(Part):
         finally:
             ticket.release()
 
-    async def _sent(self, call: Call, invocation: Invocation) -> tuple[Any, int | None]:
+    async def _sent(
+        self, call: Call, invocation: Invocation, refusal: Exception | None = None
+    ) -> tuple[Any, int | None]:
         """Run an acquire script; resend it while the server refuses it for a passing state.
 
         The states: TRYAGAIN in a slot migration, CLUSTERDOWN in a restart, MASTERDOWN,
@@ -152,23 +167,27 @@ class Attempts(Part):
         none). A call that does not wait (``wait=0``) gets the refusal after the client's own
         retries. Each resend is the same command: it counts once whatever an earlier send
         did (the target count), and its tombstone voids it all for a rollback.
+        ``refusal``: the first send's (made by the caller), to pause after before resending.
         """
         runner = self._s.runner
         pause = None  # looked up at the first refusal: the plain path spares it
         while True:
-            try:
-                return await runner.run_acked(*invocation)
-            except Exception as exc:
-                if call.wait == 0 or not runner.passing(exc):
-                    raise
-                if pause is None:
-                    pause = self.settings.retry_interval
-                sleep = pause
-                if call.deadline is not None:
-                    sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
-                    if sleep <= 0:
+            if refusal is None:
+                try:
+                    return await runner.run_acked(*invocation)
+                except Exception as exc:
+                    if call.wait == 0 or not runner.passing(exc):
                         raise
-                log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)
+                    refusal = exc
+            if pause is None:
+                pause = self.settings.retry_interval
+            sleep = pause
+            if call.deadline is not None:
+                sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
+                if sleep <= 0:
+                    raise refusal
+            log.debug("aiolock: acquire refused (%r); sent again in %.2f s", refusal, sleep)
+            refusal = None
             await asyncio.sleep(sleep)
             self._core.check_open()
             pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)

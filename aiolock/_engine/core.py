@@ -76,6 +76,8 @@ class Core:
         self.closed = False
         # Whether a call was ever made: only then is a client never closed worth a warning.
         self.started = False
+        # The paths of the engine: each keeps the services at hand (see Part).
+        self._parts: list[Part] = []
         self.attach(services)
 
     def attach(self, services: Services) -> None:
@@ -86,6 +88,8 @@ class Core:
         loop's connections, tasks and bookkeeping.
         """
         self.services = services
+        for part in self._parts:
+            part._s = services
         self.handovers = HandOvers()
         #: The guarded holds' watch (``guard.py``): aclose() calls ``guard.cancel_all()``.
         #: Its timer is the loop's, so a new loop gets a new one.
@@ -149,11 +153,15 @@ class Core:
         The call counts as under way (aclose() waits for it). Each caller writes the rest
         of the guard inline: a wrapper coroutine would cost every call a frame.
         """
-        # asyncio.current_task() would look the loop up again (a getpid() call on 3.11).
+        # check_open(), with the loop looked up once for it and the task (each lookup is
+        # a getpid() call on 3.11; asyncio.current_task() would look it up again).
+        if self.closed:
+            raise ClientClosedError
         loop = asyncio._get_running_loop()
+        self._affinity.check_loop(loop)
+        self.started = True
         task = None if loop is None else asyncio.current_task(loop)
         mark = task.cancelling() if task is not None else 0
-        self.check_open()
         self.services.background.call_started()
         return mark, task
 
@@ -274,8 +282,8 @@ class Part:
     def __init__(self, core: Core) -> None:
         self._core = core
         self.settings = core.settings
-
-    @property
-    def _s(self) -> Services:
-        # Read through the core at each use: a move to a new event loop replaces them.
-        return self._core.services
+        #: The services of the client's loop: replaced by ``Core.attach`` when the client
+        #: moves to a new event loop. An attribute, not a property reading the core: the
+        #: hot paths read it a dozen times per lock/unlock pair.
+        self._s: Services = core.services
+        core._parts.append(self)

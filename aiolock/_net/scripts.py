@@ -137,6 +137,7 @@ class ScriptRunner:
 
     __slots__ = (
         "_passing",
+        "acks",
         "_resend",
         "_retry_attempts",
         "_retry_interval",
@@ -162,6 +163,8 @@ class ScriptRunner:
             if replica_acks
             else None
         )
+        #: Whether ``run_acked`` asks for replica acknowledgements (else it is ``run``).
+        self.acks = self._wait is not None
         self._route = topology.route
         self._retry_attempts = retry_attempts
         self._retry_interval = retry_interval
@@ -198,9 +201,11 @@ class ScriptRunner:
         command = script.packed(keys, args)
         transport = self._route(keys[0])
         if transport is not None:
-            # The hot path: one send on a known connection.
+            # The hot path: one send on a known connection, its reply's future awaited
+            # here (``send``; ``call`` when it cannot go out at once).
             try:
-                return await transport.call(command)
+                sent = transport.send(command)
+                return await (transport.call(command) if sent is None else sent)
             except NoScriptError:
                 pass
             except self._resend as exc:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from redis.exceptions import ResponseError
 
@@ -78,33 +78,23 @@ class Attempts(Part):
             )
             invocation = p.acquire(call, target, tombstone)
             try:
-                if runner.acks:
-                    raw, acked = await self._sent(call, invocation)
-                else:
-                    # The plain path: the script's own run, one coroutine less per attempt;
-                    # _sent takes over at the first refusal for a passing state.
-                    acked = None
-                    try:
-                        raw = await runner.run(*invocation)
-                    except Exception as exc:
-                        if call.wait == 0 or not runner.passing(exc):
-                            raise
-                        raw, acked = await self._sent(call, invocation, exc)
+                # Sent here (no coroutine of _sent's per attempt); _sent takes over at the
+                # first refusal for a passing state.
+                try:
+                    raw, acked = (
+                        await runner.run_acked(*invocation)
+                        if runner.acks
+                        else (await runner.run(*invocation), None)
+                    )
+                except Exception as exc:
+                    if call.wait == 0 or not runner.passing(exc):
+                        raise
+                    raw, acked = await self._sent(call, invocation, exc)
                 reply = AcquireReply.decode(raw)
-            except REFUSED:
-                ticket.release()
-                raise
             except BaseException as exc:
-                if isinstance(exc, ResponseError) and not refused(exc):
-                    # The script failed before it changed anything: nothing to roll back.
-                    ticket.release()
-                    raise script_error(p.name, p.key, exc) from exc
-                # Cancelled (or cut off) with the script in flight: it may have taken a
-                # hold that nobody will ever release. Give it back in the background, in
-                # this holder's turn; were the server unreachable until the lease ends,
-                # that hold ends with it. So too when the server refused it past the
-                # retries (TRYAGAIN, OOM...): an earlier send that timed out may have run.
-                self._undo_later(p, ticket, call, target, tombstone)
+                error = self._unanswered(p, call, exc, ticket, target=target, tombstone=tombstone)
+                if error is not None:
+                    raise error from exc
                 raise
             if reply.acquired and acked is not None and acked < self.settings.replica_acks:
                 # Taken on a primary whose replicas may not have it: a failover now could
@@ -119,21 +109,62 @@ class Attempts(Part):
             if not reply.stale or cancel_requested(call.caller, call.mark) or self._core.closed:
                 break
             self._after_stale(p, call, reply.count, ticket)
-        closed = self._core.closed
-        if closed or cancel_requested(call.caller, call.mark):
-            # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
-            # client closed: never return a hold, and never go on to wait. Undo what the
-            # script did: give a hold back, or void the call and leave a fair queue.
-            undo = reply.count if reply.acquired else target
-            self._undo_later(p, ticket, call, undo, tombstone)
-            if closed:
-                raise ClientClosedError
-            raise asyncio.CancelledError
+        caller = call.caller
+        # cancel_requested(), inline: asked on every attempt.
+        if self._core.closed or (caller is not None and caller.cancelling() > call.mark):
+            self._cut_short(p, call, reply, ticket, target=target, tombstone=tombstone)
         if reply.acquired:
             self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent)
             return reply
         ticket.release()
         return reply
+
+    def _unanswered(
+        self,
+        p: Primitive,
+        call: Call,
+        exc: BaseException,
+        ticket: Ticket,
+        *,
+        target: int,
+        tombstone: str,
+    ) -> Exception | None:
+        """The attempt's script raised ``exc``: what to raise instead (None: ``exc``)."""
+        if isinstance(exc, REFUSED):
+            ticket.release()
+            return None
+        if isinstance(exc, ResponseError) and not refused(exc):
+            # The script failed before it changed anything: nothing to roll back.
+            ticket.release()
+            return script_error(p.name, p.key, exc)
+        # Cancelled (or cut off) with the script in flight: it may have taken a hold that
+        # nobody will ever release. Give it back in the background, in this holder's turn;
+        # were the server unreachable until the lease ends, that hold ends with it. So too
+        # when the server refused it past the retries (TRYAGAIN, OOM...): an earlier send
+        # that timed out may have run.
+        self._undo_later(p, ticket, call, target, tombstone)
+        return None
+
+    def _cut_short(
+        self,
+        p: Primitive,
+        call: Call,
+        reply: AcquireReply,
+        ticket: Ticket,
+        *,
+        target: int,
+        tombstone: str,
+    ) -> NoReturn:
+        """Never return a hold, nor go on to wait: the caller was cancelled, or the client closed.
+
+        A cancel swallowed below aiolock, or aclose() while the script was in flight. Undo
+        what the script did: give a hold back, or void the call and leave a fair queue.
+        """
+        undo = reply.count if reply.acquired else target
+        self._undo_later(p, ticket, call, undo, tombstone)
+        if self._core.closed:
+            raise ClientClosedError
+        raise asyncio.CancelledError
 
     def _won_in_turn(
         self,

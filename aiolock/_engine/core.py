@@ -12,6 +12,7 @@ call cut off is resent until the server answers.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from time import monotonic
@@ -72,7 +73,9 @@ class Core:
         self.events = events
         self._affinity = affinity
         self._ids = ids
-        self._calls = 0
+        # Request ids: the client's id and a count (request_id).
+        self._request_prefix = f"{ids.client_id}:"
+        self._calls = itertools.count(1)
         self.closed = False
         # Whether a call was ever made: only then is a client never closed worth a warning.
         self.started = False
@@ -142,8 +145,7 @@ class Core:
 
         The client's UUID and a count: cheaper than random bytes from the OS per call.
         """
-        self._calls += 1
-        return f"{self._ids.client_id}:{self._calls}"
+        return f"{self._request_prefix}{next(self._calls)}"
 
     def call_starts(self) -> tuple[int, asyncio.Task[Any] | None]:
         """Start a public acquire or release: the task's cancel mark (cancel.py), and the task.
@@ -187,12 +189,16 @@ class Core:
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
-        prior = self.services.holds.get(p.key, call.field)
+        holds = self.services.holds
+        prior = holds.get(p.key, call.field)
         # Reentrant: it adds to a hold already announced and still believed held.
         reentrant = (
-            prior is not None and prior.count > 0 and prior.lost is None and prior.began is not None
+            prior is not None
+            and len(prior.leases) > 0
+            and prior.lost is None
+            and prior.began is not None
         )
-        hold = self.services.holds.acquired(
+        hold = holds.acquired(
             key=p.key,
             field=call.field,
             name=p.name,

@@ -35,7 +35,9 @@ class Ticket:
 
     __slots__ = ("_behind", "_future", "_key", "_order", "_released")
 
-    def __init__(self, order: CallOrder, key: Hashable, future: asyncio.Future[None] | None) -> None:
+    def __init__(
+        self, order: CallOrder, key: Hashable, future: asyncio.Future[None] | None
+    ) -> None:
         self._order = order
         self._key = key
         # None: the turn was free when the call was made (the common, uncontended case).

@@ -137,7 +137,6 @@ class ScriptRunner:
 
     __slots__ = (
         "_passing",
-        "acks",
         "_resend",
         "_retry_attempts",
         "_retry_interval",
@@ -145,6 +144,7 @@ class ScriptRunner:
         "_topology",
         "_transient",
         "_wait",
+        "acks",
     )
 
     def __init__(

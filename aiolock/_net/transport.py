@@ -205,11 +205,11 @@ class CommandTransport:
 
     async def call(self, command: bytes) -> Any:
         """Send one packed command; return its reply or raise its error reply."""
-        future = self.send(command)
-        if future is None:
+        wire = self._wire
+        if wire is None or wire.closed or self._room or len(self._sinks) >= self._limit:
             wire = await self._ready(1)
-            future = self._loop.create_future()  # type: ignore[union-attr]
-            self._put(wire, command, future)
+        future: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
+        self._put(wire, command, future)
         return await future
 
     def send(self, command: bytes) -> asyncio.Future[Any] | None:
@@ -259,8 +259,7 @@ class CommandTransport:
         writes: _Pass = self._pass  # type: ignore[assignment]  # set with the loop
         # Idle, and nobody else about to send: write at once.
         idle = not sinks and not writes.defer and not writes.due
-        # (One command: send() writes the hot path's, inline.)
-        sinks.extend([sink] * size)
+        sinks.extend([sink] * size)  # (send() puts the scripts' one command inline)
         if idle:
             # Nothing in flight: write now, nobody's reply is held up by waiting a tick.
             wire.write(data)

@@ -77,19 +77,20 @@ class Attempts(Part):
                 else None
             )
             invocation = p.acquire(call, target, tombstone)
+            # Sent here, its reply's future awaited here (no coroutine of the runner's or
+            # of _sent's per attempt); a failed send is taken up by _resent.
+            reply_of = None if runner.acks else runner.send(*invocation)
             try:
-                # Sent here (no coroutine of _sent's per attempt); _sent takes over at the
-                # first refusal for a passing state.
                 try:
                     raw, acked = (
-                        await runner.run_acked(*invocation)
-                        if runner.acks
-                        else (await runner.run(*invocation), None)
+                        (await reply_of, None)
+                        if reply_of is not None
+                        else await self._sent(call, invocation)
                     )
                 except Exception as exc:
-                    if call.wait == 0 or not runner.passing(exc):
+                    if reply_of is None:
                         raise
-                    raw, acked = await self._sent(call, invocation, exc)
+                    raw, acked = await self._resent(call, invocation, exc)
                 reply = AcquireReply.decode(raw)
             except BaseException as exc:
                 error = self._unanswered(p, call, exc, ticket, target=target, tombstone=tombstone)
@@ -187,6 +188,22 @@ class Attempts(Part):
             self._core.won(p, call, reply.count, token=reply.token, sent=sent)
         finally:
             ticket.release()
+
+    async def _resent(
+        self, call: Call, invocation: Invocation, exc: Exception
+    ) -> tuple[Any, int | None]:
+        """After a first send (``runner.send``) whose reply raised ``exc``.
+
+        The runner's own retries (``rerun``: NOSCRIPT, a redirect, a lost connection),
+        then _sent's resends while the server refuses it for a passing state.
+        """
+        runner = self._s.runner
+        try:
+            return await runner.rerun(exc, *invocation), None
+        except Exception as again:
+            if call.wait == 0 or not runner.passing(again):
+                raise
+            return await self._sent(call, invocation, again)
 
     async def _sent(
         self, call: Call, invocation: Invocation, refusal: Exception | None = None

@@ -61,17 +61,19 @@ class Releases(Part):
                 # in the background once the turn comes (async with must never exit holding).
                 services.background.complete(ticket, self.release_later(p, holder, field))
                 raise
-            hold = services.holds.get(p.key, field)
-            # One latch per unlock call: every resend of this call replays the first result.
-            latch = unlock_latch_key(p.key, self._core.request_id())
-            reapply = self._core.reapply_ms(hold)
-            offer = self._offer(p, holder, hold)
-            invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
-            if hold is not None:
-                # While a release is in flight the watchdog may find the key gone: not a loss.
-                hold.releasing += 1
+            hold, latch, reapply, offer, invocation = self._prepare(p, holder, field)
+            runner = services.runner
+            # Its reply's future awaited here (no coroutine of the runner's per unlock).
+            reply_of = runner.send(*invocation)
             try:
-                result = decode_release(await services.runner.run(*invocation))
+                try:
+                    raw = await (runner.run(*invocation) if reply_of is None else reply_of)
+                except Exception as exc:
+                    if reply_of is None:
+                        raise
+                    # What run() does after a failed first send: retries, a reload.
+                    raw = await runner.rerun(exc, *invocation)
+                result = decode_release(raw)
             except BaseException as exc:
                 error = self._failed(
                     p,
@@ -105,6 +107,21 @@ class Releases(Part):
         if cancel_requested(task, mark):
             # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
             raise asyncio.CancelledError
+
+    def _prepare(
+        self, p: Primitive, holder: str, field: str
+    ) -> tuple[Hold | None, str, int, Offer | None, Invocation]:
+        """The unlock's script call, in the holder's turn: with its latch, lease, offer."""
+        hold = self._s.holds.get(p.key, field)
+        # One latch per unlock call: every resend of this call replays the first result.
+        latch = unlock_latch_key(p.key, self._core.request_id())
+        reapply = self._core.reapply_ms(hold)
+        offer = self._offer(p, holder, hold)
+        invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
+        if hold is not None:
+            # While a release is in flight the watchdog may find the key gone: not a loss.
+            hold.releasing += 1
+        return hold, latch, reapply, offer, invocation
 
     def _failed(
         self,

@@ -220,6 +220,39 @@ class ScriptRunner:
             transport,
         )
 
+    def send(
+        self, script: Script, keys: list[str], args: Sequence[str | int | bytes]
+    ) -> asyncio.Future[Any] | None:
+        """``run()``'s first send without a coroutine: its reply's future (None: ``run()``).
+
+        Should the future raise, ``rerun(exc, ...)`` does what ``run()`` does after it.
+        """
+        transport = self._route(keys[0])
+        return None if transport is None else transport.send(script.packed(keys, args))
+
+    async def rerun(
+        self,
+        exc: Exception,
+        script: Script,
+        keys: list[str],
+        args: Sequence[str | int | bytes],
+    ) -> Any:
+        """``run()`` after a ``send()`` whose reply raised ``exc``: retried as run() would."""
+        command = script.packed(keys, args)
+        if isinstance(exc, NoScriptError):
+            return await self._retrying(
+                lambda to: self._evalsha(to, script, command, reload=True),
+                keys[0],
+                script.name,
+                None,
+                self._route(keys[0]),
+            )
+        if isinstance(exc, self._resend):
+            return await self._retrying(
+                lambda to: self._evalsha(to, script, command), keys[0], script.name, exc
+            )
+        raise exc
+
     async def run_acked(
         self, script: Script, keys: list[str], args: Sequence[str | int | bytes]
     ) -> tuple[Any, int | None]:

@@ -108,8 +108,8 @@ class RoundTrips:
             # The scripts' synchronous send (None: not sent, its caller then uses call()).
 
             @functools.wraps(send)
-            def counted_send(self: Any, *args: Any, **kwargs: Any) -> Any:
-                future = send(self, *args, **kwargs)
+            def counted_send(self: Any, command: bytes) -> Any:
+                future = send(self, command)
                 if future is not None:
                     cls.count += 1
                 return future

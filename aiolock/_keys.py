@@ -6,6 +6,8 @@ already has one), so all keys and channels of one object land in one Redis Clust
 
 from __future__ import annotations
 
+import functools
+
 __all__ = (
     "acquire_tombstone_key",
     "fair_channel_base",
@@ -24,6 +26,9 @@ __all__ = (
 )
 
 
+# Cached: every acquire and unlock names a per-call key from it (a tombstone, a latch),
+# and a hit costs less than the call it saves.
+@functools.lru_cache(maxsize=4096)
 def prefixed(prefix: str, name: str) -> str:
     """Redisson's prefix form: ``prefix:{name}``, or ``prefix:name`` if it has a ``{``."""
     return f"{prefix}:{name}" if "{" in name else f"{prefix}:{{{name}}}"

@@ -103,6 +103,18 @@ class RoundTrips:
             return await call_many(self, *args, **kwargs)
 
         transport.call, transport.call_many = counted_call, counted_call_many
+        send = getattr(transport, "send", None)
+        if send is not None:
+            # The scripts' synchronous send (None: not sent, its caller then uses call()).
+
+            @functools.wraps(send)
+            def counted_send(self: Any, command: bytes) -> Any:
+                future = send(self, command)
+                if future is not None:
+                    cls.count += 1
+                return future
+
+            transport.send = counted_send
 
     @classmethod
     def install_aioredis(cls) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import weakref
 from typing import Any
 
 import pytest
@@ -250,7 +251,8 @@ async def test_long_lived_task_keeps_no_released_holds(client: aiolock.Client, n
     task = asyncio.current_task()
     assert task is not None
     assert len(client._holds) == 0
-    assert not client._holds._by_task.get(task)
+    # The task's entry (weak by task) is there, and empty.
+    assert not client._holds._by_task[weakref.ref(task)]
 
 
 async def test_loss_found_by_unlock_is_logged_too(

@@ -62,8 +62,10 @@ class Acquirer(Part):
         """
         started = monotonic()
         mark, task = self._core.call_starts()
+        # One coroutine for the whole call (no inner one per acquire): its body is inline.
         try:
-            won = await self._acquire(
+            services = self._s
+            call = self._call(
                 p,
                 owner,
                 wait,
@@ -74,21 +76,35 @@ class Acquirer(Part):
                 timed=timed,
                 started=started,
             )
+            if p.polls:
+                won = await self._acquire_polling(p, call)
+            else:
+                channel = p.channel(call.holder)
+                room = services.waiting
+                sub, waiter, queue_behind = self._join(p, call, channel)
+                if queue_behind:
+                    won = await self._wait(p, call, sub, waiter, room.lease_left_ms(p.key))
+                else:
+                    try:
+                        reply = await self._attempts.attempt(p, call)
+                    except BaseException:
+                        self._unjoin(channel, sub, waiter, leaving=True, mid_attempt=True)
+                        raise
+                    if reply.acquired or (
+                        call.deadline is not None
+                        and asyncio.get_running_loop().time() >= call.deadline
+                    ):
+                        self._unjoin(channel, sub, waiter, leaving=not reply.acquired)
+                        if reply.acquired:
+                            return True
+                        await self._attempts.give_up(p, call)
+                        won = False
+                    else:
+                        won = await self._wait(p, call, sub, waiter, reply.ttl_ms)
         except BaseException as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
-            cancelled = isinstance(exc, asyncio.CancelledError) or cancel_requested(task, mark)
-            self._core.events.acquire_failed(
-                p.lock_kind,
-                p.name,
-                monotonic() - started,
-                "cancelled"
-                if cancelled
-                else "closed"
-                if isinstance(exc, ClientClosedError)
-                else "error",
-            )
-            if cancelled and not isinstance(exc, asyncio.CancelledError):
+            if self._failed(p, exc, task, mark, started):
                 raise asyncio.CancelledError from exc
             raise
         finally:
@@ -97,7 +113,48 @@ class Acquirer(Part):
             self._core.events.acquire_failed(p.lock_kind, p.name, monotonic() - started, "timeout")
         return won
 
-    async def _acquire(
+    def _join(
+        self, p: Primitive, call: Call, channel: str
+    ) -> tuple[Subscription | None, Waiter | None, bool]:
+        """Join the lock's subscription before the first attempt, if others wait on it.
+
+        Others of this client already wait on the lock: the call joins their subscription
+        and registers before its first attempt, so that no second attempt is needed to
+        close the race with a release published in between. Also whether it queues behind
+        them.
+        """
+        services = self._s
+        sub = None if call.wait == 0 else services.dispatcher.join(channel)
+        if sub is None:
+            return None, None, False
+        # No barging: local waiters are handed the lock in turn as it is released, so a
+        # newcomer (often the task that just released it) waits its turn. One ahead that
+        # leaves without the lock passes its turn on (WaitingRoom.remove). The holder itself
+        # re-enters at once: it is not competing for a lock it has. Nor does a call whose
+        # holder has another call under way: that one may take the lock, and no message
+        # would then wake this one to re-enter.
+        room = services.waiting
+        holding = services.holds.holding(p.key, call.field) or services.order.busy(
+            (p.key, call.holder)
+        )
+        queue_behind = p.no_barging and room.has_waiters(channel) and not holding
+        return sub, room.add(channel, p.wake_count, shared=p.shared_waits), queue_behind
+
+    def _unjoin(
+        self,
+        channel: str,
+        sub: Subscription | None,
+        waiter: Waiter | None,
+        *,
+        leaving: bool,
+        mid_attempt: bool = False,
+    ) -> None:
+        """Undo ``_join``: the first attempt took the lock, or the call ends without it."""
+        if sub is not None and waiter is not None:
+            self._s.waiting.remove(channel, waiter, leaving=leaving, mid_attempt=mid_attempt)
+            sub.release()
+
+    def _call(
         self,
         p: Primitive,
         owner: str | None,
@@ -109,25 +166,24 @@ class Acquirer(Part):
         receipt: list[int] | None,
         timed: bool,
         started: float,
-    ) -> bool:
+    ) -> Call:
+        """What the acquire call fixes before its first round trip (``Call``)."""
         holder, task = self._core.holder(owner, calling)
         if not self._s.order.busy((p.key, holder)):
             # Nothing of this holder's under way on the lock: an upgrade is refused now,
             # without a round trip. Else (a cut-off unlock() finishing in the background,
-            # say) the holds it counts may be on their way out: _attempt judges the rule
+            # say) the holds it counts may be on their way out: the attempt judges the rule
             # in the holder's turn, once they have settled.
             p.check_acquire(holder, self._s.holds)
-        field = p.field(holder)
         lease_ms = self.settings.lease_ms if lease is None else max(1, round(lease * 1000))
         # The loop is looked up only for a deadline (each lookup is a getpid() on 3.11).
         deadline = None if wait is None else asyncio.get_running_loop().time() + wait
-        won_lease = None if lease is None else lease_ms
-        call = Call(
+        return Call(
             holder,
             task,
-            field,
+            p.field(holder),
             lease_ms,
-            won_lease,
+            None if lease is None else lease_ms,
             wait,
             deadline,
             mark,
@@ -136,46 +192,32 @@ class Acquirer(Part):
             timed,
             started,
         )
-        if p.polls:
-            return await self._acquire_polling(p, call)
 
-        # Others of this client already wait on this lock: join their subscription and
-        # register before the first attempt, so no second attempt is needed to close the
-        # race with a release published in between.
-        channel = p.channel(holder)
-        room = self._s.waiting
-        sub = None if wait == 0 else self._s.dispatcher.join(channel)
-        waiter = None
-        if sub is not None:
-            # No barging: local waiters are handed the lock in turn as it is released, so
-            # a newcomer (often the task that just released it) waits its turn. One ahead
-            # that leaves without the lock passes its turn on (WaitingRoom.remove). The
-            # holder itself re-enters at once: it is not competing for a lock it has.
-            # Nor does a call whose holder has another call under way: that one may take
-            # the lock, and no message would then wake this one to re-enter.
-            holding = self._s.holds.holding(p.key, field) or self._s.order.busy((p.key, holder))
-            queue_behind = p.no_barging and room.has_waiters(channel) and not holding
-            waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
-            if queue_behind:
-                return await self._wait(p, call, sub, waiter, room.lease_left_ms(p.key))
-        try:
-            reply = await self._attempts.attempt(p, call)
-        except BaseException:
-            if sub is not None and waiter is not None:
-                room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                sub.release()
-            raise
-        if reply.acquired or (
-            deadline is not None and asyncio.get_running_loop().time() >= deadline
-        ):
-            if sub is not None and waiter is not None:
-                room.remove(channel, waiter, leaving=not reply.acquired)
-                sub.release()
-            if reply.acquired:
-                return True
-            await self._attempts.give_up(p, call)
-            return False
-        return await self._wait(p, call, sub, waiter, reply.ttl_ms)
+    def _failed(
+        self,
+        p: Primitive,
+        exc: BaseException,
+        task: asyncio.Task[Any] | None,
+        mark: int,
+        started: float,
+    ) -> bool:
+        """Report an acquire call that raised ``exc``; whether a cancel must be raised instead.
+
+        A cancel request came while the call ran (swallowed below aiolock, then another
+        error): the cancel wins, as it would have had it been delivered.
+        """
+        cancelled = isinstance(exc, asyncio.CancelledError) or cancel_requested(task, mark)
+        self._core.events.acquire_failed(
+            p.lock_kind,
+            p.name,
+            monotonic() - started,
+            "cancelled"
+            if cancelled
+            else "closed"
+            if isinstance(exc, ClientClosedError)
+            else "error",
+        )
+        return cancelled and not isinstance(exc, asyncio.CancelledError)
 
     async def _acquire_polling(self, p: Primitive, call: Call) -> bool:
         """Acquire a lock that publishes nothing (the spin lock): try, pause, try again.

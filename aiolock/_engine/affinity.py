@@ -77,7 +77,10 @@ class Affinity:
         made in another one and never used there). Outside an asyncio loop (no running loop)
         nothing is checked: the call fails just after, with a message that says why.
         """
-        loop = asyncio._get_running_loop()
+        self.check_loop(asyncio._get_running_loop())
+
+    def check_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """``check()`` for a caller that looked up the running loop (None: none) already."""
         if loop is self._loop and self._forks == PROCESS.forks:
             return
         self._refuse_or_bind(loop)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from redis.exceptions import ResponseError
 
@@ -59,6 +59,7 @@ class Attempts(Part):
         except BaseException:
             ticket.release()
             raise
+        runner = self._s.runner
         while True:
             hold = self._s.holds.get(p.key, call.field)
             # The count this holder has once the attempt succeeds: a resend that finds it
@@ -75,23 +76,26 @@ class Attempts(Part):
                 if call.timed or (hold is not None and hold.guards)
                 else None
             )
+            invocation = p.acquire(call, target, tombstone)
+            # Sent here, its reply's future awaited here (no coroutine of the runner's or
+            # of _sent's per attempt); a failed send is taken up by _resent.
+            reply_of = None if runner.acks else runner.send(*invocation)
             try:
-                raw, acked = await self._sent(call, p.acquire(call, target, tombstone))
+                try:
+                    raw, acked = (
+                        (await reply_of, None)
+                        if reply_of is not None
+                        else await self._sent(call, invocation)
+                    )
+                except Exception as exc:
+                    if reply_of is None:
+                        raise
+                    raw, acked = await self._resent(call, invocation, exc)
                 reply = AcquireReply.decode(raw)
-            except REFUSED:
-                ticket.release()
-                raise
             except BaseException as exc:
-                if isinstance(exc, ResponseError) and not refused(exc):
-                    # The script failed before it changed anything: nothing to roll back.
-                    ticket.release()
-                    raise script_error(p.name, p.key, exc) from exc
-                # Cancelled (or cut off) with the script in flight: it may have taken a
-                # hold that nobody will ever release. Give it back in the background, in
-                # this holder's turn; were the server unreachable until the lease ends,
-                # that hold ends with it. So too when the server refused it past the
-                # retries (TRYAGAIN, OOM...): an earlier send that timed out may have run.
-                self._undo_later(p, ticket, call, target, tombstone)
+                error = self._unanswered(p, call, exc, ticket, target=target, tombstone=tombstone)
+                if error is not None:
+                    raise error from exc
                 raise
             if reply.acquired and acked is not None and acked < self.settings.replica_acks:
                 # Taken on a primary whose replicas may not have it: a failover now could
@@ -106,21 +110,62 @@ class Attempts(Part):
             if not reply.stale or cancel_requested(call.caller, call.mark) or self._core.closed:
                 break
             self._after_stale(p, call, reply.count, ticket)
-        closed = self._core.closed
-        if closed or cancel_requested(call.caller, call.mark):
-            # The caller was cancelled meanwhile (a cancel swallowed below aiolock) or the
-            # client closed: never return a hold, and never go on to wait. Undo what the
-            # script did: give a hold back, or void the call and leave a fair queue.
-            undo = reply.count if reply.acquired else target
-            self._undo_later(p, ticket, call, undo, tombstone)
-            if closed:
-                raise ClientClosedError
-            raise asyncio.CancelledError
+        caller = call.caller
+        # cancel_requested(), inline: asked on every attempt.
+        if self._core.closed or (caller is not None and caller.cancelling() > call.mark):
+            self._cut_short(p, call, reply, ticket, target=target, tombstone=tombstone)
         if reply.acquired:
             self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent)
             return reply
         ticket.release()
         return reply
+
+    def _unanswered(
+        self,
+        p: Primitive,
+        call: Call,
+        exc: BaseException,
+        ticket: Ticket,
+        *,
+        target: int,
+        tombstone: str,
+    ) -> Exception | None:
+        """The attempt's script raised ``exc``: what to raise instead (None: ``exc``)."""
+        if isinstance(exc, REFUSED):
+            ticket.release()
+            return None
+        if isinstance(exc, ResponseError) and not refused(exc):
+            # The script failed before it changed anything: nothing to roll back.
+            ticket.release()
+            return script_error(p.name, p.key, exc)
+        # Cancelled (or cut off) with the script in flight: it may have taken a hold that
+        # nobody will ever release. Give it back in the background, in this holder's turn;
+        # were the server unreachable until the lease ends, that hold ends with it. So too
+        # when the server refused it past the retries (TRYAGAIN, OOM...): an earlier send
+        # that timed out may have run.
+        self._undo_later(p, ticket, call, target, tombstone)
+        return None
+
+    def _cut_short(
+        self,
+        p: Primitive,
+        call: Call,
+        reply: AcquireReply,
+        ticket: Ticket,
+        *,
+        target: int,
+        tombstone: str,
+    ) -> NoReturn:
+        """Never return a hold, nor go on to wait: the caller was cancelled, or the client closed.
+
+        A cancel swallowed below aiolock, or aclose() while the script was in flight. Undo
+        what the script did: give a hold back, or void the call and leave a fair queue.
+        """
+        undo = reply.count if reply.acquired else target
+        self._undo_later(p, ticket, call, undo, tombstone)
+        if self._core.closed:
+            raise ClientClosedError
+        raise asyncio.CancelledError
 
     def _won_in_turn(
         self,
@@ -144,7 +189,25 @@ class Attempts(Part):
         finally:
             ticket.release()
 
-    async def _sent(self, call: Call, invocation: Invocation) -> tuple[Any, int | None]:
+    async def _resent(
+        self, call: Call, invocation: Invocation, exc: Exception
+    ) -> tuple[Any, int | None]:
+        """After a first send (``runner.send``) whose reply raised ``exc``.
+
+        The runner's own retries (``rerun``: NOSCRIPT, a redirect, a lost connection),
+        then _sent's resends while the server refuses it for a passing state.
+        """
+        runner = self._s.runner
+        try:
+            return await runner.rerun(exc, *invocation), None
+        except Exception as again:
+            if call.wait == 0 or not runner.passing(again):
+                raise
+            return await self._sent(call, invocation, again)
+
+    async def _sent(
+        self, call: Call, invocation: Invocation, refusal: Exception | None = None
+    ) -> tuple[Any, int | None]:
         """Run an acquire script; resend it while the server refuses it for a passing state.
 
         The states: TRYAGAIN in a slot migration, CLUSTERDOWN in a restart, MASTERDOWN,
@@ -152,23 +215,27 @@ class Attempts(Part):
         none). A call that does not wait (``wait=0``) gets the refusal after the client's own
         retries. Each resend is the same command: it counts once whatever an earlier send
         did (the target count), and its tombstone voids it all for a rollback.
+        ``refusal``: the first send's (made by the caller), to pause after before resending.
         """
         runner = self._s.runner
         pause = None  # looked up at the first refusal: the plain path spares it
         while True:
-            try:
-                return await runner.run_acked(*invocation)
-            except Exception as exc:
-                if call.wait == 0 or not runner.passing(exc):
-                    raise
-                if pause is None:
-                    pause = self.settings.retry_interval
-                sleep = pause
-                if call.deadline is not None:
-                    sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
-                    if sleep <= 0:
+            if refusal is None:
+                try:
+                    return await runner.run_acked(*invocation)
+                except Exception as exc:
+                    if call.wait == 0 or not runner.passing(exc):
                         raise
-                log.debug("aiolock: acquire refused (%r); sent again in %.2f s", exc, sleep)
+                    refusal = exc
+            if pause is None:
+                pause = self.settings.retry_interval
+            sleep = pause
+            if call.deadline is not None:
+                sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
+                if sleep <= 0:
+                    raise refusal
+            log.debug("aiolock: acquire refused (%r); sent again in %.2f s", refusal, sleep)
+            refusal = None
             await asyncio.sleep(sleep)
             self._core.check_open()
             pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)

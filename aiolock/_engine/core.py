@@ -12,6 +12,7 @@ call cut off is resent until the server answers.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Awaitable, Callable
 from time import monotonic
@@ -72,10 +73,14 @@ class Core:
         self.events = events
         self._affinity = affinity
         self._ids = ids
-        self._calls = 0
+        # Request ids: the client's id and a count (request_id).
+        self._request_prefix = f"{ids.client_id}:"
+        self._calls = itertools.count(1)
         self.closed = False
         # Whether a call was ever made: only then is a client never closed worth a warning.
         self.started = False
+        # The paths of the engine: each keeps the services at hand (see Part).
+        self._parts: list[Part] = []
         self.attach(services)
 
     def attach(self, services: Services) -> None:
@@ -86,6 +91,8 @@ class Core:
         loop's connections, tasks and bookkeeping.
         """
         self.services = services
+        for part in self._parts:
+            part._s = services
         self.handovers = HandOvers()
         #: The guarded holds' watch (``guard.py``): aclose() calls ``guard.cancel_all()``.
         #: Its timer is the loop's, so a new loop gets a new one.
@@ -138,8 +145,7 @@ class Core:
 
         The client's UUID and a count: cheaper than random bytes from the OS per call.
         """
-        self._calls += 1
-        return f"{self._ids.client_id}:{self._calls}"
+        return f"{self._request_prefix}{next(self._calls)}"
 
     def call_starts(self) -> tuple[int, asyncio.Task[Any] | None]:
         """Start a public acquire or release: the task's cancel mark (cancel.py), and the task.
@@ -149,11 +155,15 @@ class Core:
         The call counts as under way (aclose() waits for it). Each caller writes the rest
         of the guard inline: a wrapper coroutine would cost every call a frame.
         """
-        # asyncio.current_task() would look the loop up again (a getpid() call on 3.11).
+        # check_open(), with the loop looked up once for it and the task (each lookup is
+        # a getpid() call on 3.11; asyncio.current_task() would look it up again).
+        if self.closed:
+            raise ClientClosedError
         loop = asyncio._get_running_loop()
+        self._affinity.check_loop(loop)
+        self.started = True
         task = None if loop is None else asyncio.current_task(loop)
         mark = task.cancelling() if task is not None else 0
-        self.check_open()
         self.services.background.call_started()
         return mark, task
 
@@ -179,12 +189,16 @@ class Core:
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
         kind, extra = p.hold_kind(call.holder)
-        prior = self.services.holds.get(p.key, call.field)
+        holds = self.services.holds
+        prior = holds.get(p.key, call.field)
         # Reentrant: it adds to a hold already announced and still believed held.
         reentrant = (
-            prior is not None and prior.count > 0 and prior.lost is None and prior.began is not None
+            prior is not None
+            and len(prior.leases) > 0
+            and prior.lost is None
+            and prior.began is not None
         )
-        hold = self.services.holds.acquired(
+        hold = holds.acquired(
             key=p.key,
             field=call.field,
             name=p.name,
@@ -274,8 +288,8 @@ class Part:
     def __init__(self, core: Core) -> None:
         self._core = core
         self.settings = core.settings
-
-    @property
-    def _s(self) -> Services:
-        # Read through the core at each use: a move to a new event loop replaces them.
-        return self._core.services
+        #: The services of the client's loop: replaced by ``Core.attach`` when the client
+        #: moves to a new event loop. An attribute, not a property reading the core: the
+        #: hot paths read it a dozen times per lock/unlock pair.
+        self._s: Services = core.services
+        core._parts.append(self)

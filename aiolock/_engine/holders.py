@@ -58,7 +58,10 @@ class HolderIds:
         self.client_id = client_id
         self._threads = self.owner(THREAD_OWNER_PREFIX)
         self._counter = itertools.count(1)
-        self._ids: weakref.WeakKeyDictionary[asyncio.Task[Any], str] = weakref.WeakKeyDictionary()
+        # Weak by task, as a WeakKeyDictionary but without its Python-level get() on every
+        # call: a lookup is a dict lookup by a fresh reference (equal to the stored one
+        # while the task lives); the stored reference's callback drops the entry.
+        self._ids: dict[weakref.ref[asyncio.Task[Any]], str] = {}
 
     def current(self) -> tuple[str, asyncio.Task[Any]]:
         """The calling task's holder id, and the task (``asking_for``'s where given)."""
@@ -90,10 +93,15 @@ class HolderIds:
 
     def of(self, task: asyncio.Task[Any]) -> str:
         """The holder id of ``task`` (a new one the first time)."""
-        holder = self._ids.get(task)
+        holder = self._ids.get(weakref.ref(task))
         if holder is None:
-            holder = self._ids[task] = f"{self.client_id}:{next(self._counter)}"
+            holder = f"{self.client_id}:{next(self._counter)}"
+            self._ids[weakref.ref(task, self._forget)] = holder
         return holder
+
+    def _forget(self, ref: weakref.ref[asyncio.Task[Any]]) -> None:
+        # A dead reference still finds its own entry (its hash was kept; it equals itself).
+        self._ids.pop(ref, None)
 
     def owner(self, owner: str) -> str:
         """The holder id of an explicit ``owner=``: never equal to a task's (API.md)."""

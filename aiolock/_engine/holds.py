@@ -126,9 +126,10 @@ class HoldRegistry:
         # Counts the holds begun; see Hold.since.
         self._clock = 0
         self._holds: dict[tuple[str, str], Hold] = {}
-        self._by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], set[Hold]] = (
-            weakref.WeakKeyDictionary()
-        )
+        # Weak by task (as holders.HolderIds keeps its ids: a fresh reference finds the
+        # entry; the stored one's callback drops it), without a WeakKeyDictionary's
+        # Python-level get() per acquisition.
+        self._by_task: dict[weakref.ref[asyncio.Task[Any]], set[Hold]] = {}
 
     def get(self, key: str, field: str) -> Hold | None:
         """The hold of ``field`` on ``key``, if this client believes it has one."""
@@ -189,9 +190,12 @@ class HoldRegistry:
             if task is not None:
                 self._watch_task(task, hold)
             self._begin(hold)
-        elif hold.lost is not None or hold.count + 1 != count:
-            self._begin(hold)
-        if hold.lost is not None or hold.count + 1 != count:
+            afresh = count != 1
+        else:
+            afresh = hold.lost is not None or len(hold.leases) + 1 != count
+            if afresh:
+                self._begin(hold)
+        if afresh:
             if hold.count:
                 log.warning(
                     "aiolock: %s re-entered lock %r, but %d earlier hold(s) had been lost "
@@ -209,7 +213,8 @@ class HoldRegistry:
             # Set, not raised: the acquire set the lease anew, perhaps shorter than before.
             hold.confirmed = confirmed
             hold.confirms += 1
-        if hold.renewed:
+        # hold.renewed (it is not lost here), the lease just added first.
+        if lease_ms is None or None in hold.leases:
             self._renewal.track(hold)
         return hold
 
@@ -313,9 +318,9 @@ class HoldRegistry:
                 self.mark_lost(hold, why, "force_unlock")
 
     def _watch_task(self, task: asyncio.Task[Any], hold: Hold) -> None:
-        holds = self._by_task.get(task)
+        holds = self._by_task.get(weakref.ref(task))
         if holds is None:
-            holds = self._by_task[task] = set()
+            holds = self._by_task[weakref.ref(task, self._forget_task)] = set()
             task.add_done_callback(self._task_done)
         holds.add(hold)
         hold.task_holds = holds
@@ -337,10 +342,15 @@ class HoldRegistry:
             self._ended = {h: v for h, v in self._ended.items() if v[1] > now}
         self._ended[hold] = (kept, now + longest / 1000)
 
+    def _forget_task(self, ref: weakref.ref[asyncio.Task[Any]]) -> None:
+        # A task collected without ending (never done: no _task_done). A dead reference
+        # still finds its own entry (its hash was kept; it equals itself).
+        self._by_task.pop(ref, None)
+
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         # A task cannot unlock after it ended: its holds would otherwise be renewed forever.
         # A copy: drop() takes each hold out of the set.
-        for hold in list(self._by_task.pop(task, ())):
+        for hold in list(self._by_task.pop(weakref.ref(task), ())):
             if self._holds.get((hold.key, hold.field)) is not hold:
                 continue
             # An unlock() cut off by a cancellation finishes in the background and settles

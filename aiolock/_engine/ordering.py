@@ -26,15 +26,25 @@ T = TypeVar("T")
 
 
 class Ticket:
-    """One call's place in its holder's line."""
+    """One call's place in its holder's line.
 
-    __slots__ = ("_future", "_line", "_released")
+    The line is the ticket whose turn it is (in ``CallOrder``, by key) and the tickets
+    behind it (in its ``_behind``, handed on with the turn): no object of its own, as
+    nearly every line holds one ticket only (two per lock/unlock pair).
+    """
 
-    def __init__(self, line: _Line, future: asyncio.Future[None] | None) -> None:
-        self._line = line
+    __slots__ = ("_behind", "_future", "_key", "_order", "_released")
+
+    def __init__(
+        self, order: CallOrder, key: Hashable, future: asyncio.Future[None] | None
+    ) -> None:
+        self._order = order
+        self._key = key
         # None: the turn was free when the call was made (the common, uncontended case).
         self._future = future
         self._released = False
+        # While it is this ticket's turn: the tickets waiting behind it (None: none yet).
+        self._behind: deque[Ticket] | None = None
 
     @property
     def ready(self) -> bool:
@@ -54,32 +64,28 @@ class Ticket:
 
     def release(self) -> None:
         """End this ticket's turn, or withdraw it from the line; the next call goes on."""
-        if not self._released:
-            self._released = True
-            self._line.leave(self)
-
-
-class _Line:
-    __slots__ = ("active", "key", "order", "waiting")
-
-    def __init__(self, order: CallOrder, key: Hashable, active: Ticket | None) -> None:
-        self.order = order
-        self.key = key
-        self.active = active
-        self.waiting: deque[Ticket] = deque()
-
-    def leave(self, ticket: Ticket) -> None:
-        if self.active is not ticket:
-            # Never had its turn: it just leaves the line.
-            self.waiting.remove(ticket)
+        if self._released:
             return
-        if self.waiting:
-            self.active = nxt = self.waiting.popleft()
+        self._released = True
+        lines = self._order._lines
+        key = self._key
+        active = lines[key]
+        if active is not self:
+            # Never had its turn: it just leaves the line.
+            assert active._behind is not None
+            active._behind.remove(self)
+            return
+        behind = self._behind
+        if behind:
+            lines[key] = nxt = behind.popleft()
+            nxt._behind = behind
+            self._behind = None
             assert nxt._future is not None
             nxt._future.set_result(None)
             return
-        self.active = None
-        self.order.closed_line(self.key)
+        del lines[key]
+        if not lines:
+            self._order.emptied()
 
 
 class CallOrder:
@@ -88,23 +94,26 @@ class CallOrder:
     __slots__ = ("_drained", "_lines")
 
     def __init__(self) -> None:
-        self._lines: dict[Hashable, _Line] = {}
+        # The ticket whose turn it is, per line.
+        self._lines: dict[Hashable, Ticket] = {}
         self._drained: asyncio.Future[None] | None = None
 
     def join(self, key: Hashable) -> Ticket:
         """Take a place in ``key``'s line now; ``await ticket.wait()`` for the turn."""
-        line = self._lines.get(key)
-        if line is None:
-            line = self._lines[key] = _Line(self, key, None)
-            line.active = ticket = Ticket(line, None)
+        active = self._lines.get(key)
+        if active is None:
+            ticket = self._lines[key] = Ticket(self, key, None)
             return ticket
-        ticket = Ticket(line, asyncio.get_running_loop().create_future())
-        line.waiting.append(ticket)
+        ticket = Ticket(self, key, asyncio.get_running_loop().create_future())
+        behind = active._behind
+        if behind is None:
+            behind = active._behind = deque()
+        behind.append(ticket)
         return ticket
 
-    def closed_line(self, key: Hashable) -> None:
-        del self._lines[key]
-        if not self._lines and self._drained is not None and not self._drained.done():
+    def emptied(self) -> None:
+        """The last line closed: wake ``drained()``."""
+        if self._drained is not None and not self._drained.done():
             self._drained.set_result(None)
 
     def busy(self, key: Hashable) -> bool:

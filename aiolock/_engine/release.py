@@ -27,6 +27,7 @@ from .replies import Release, decode_release, script_error
 
 if TYPE_CHECKING:
     from .holds import Hold
+    from .ordering import Ticket
     from .primitive import Invocation, Primitive
 
 __all__ = ("Releases",)
@@ -40,8 +41,61 @@ class Releases(Part):
     async def release(self, p: Primitive, owner: str | None) -> None:
         """Release one hold of ``owner`` (None: the calling task) on ``p``."""
         mark, task = self._core.call_starts()
+        # One coroutine for the whole call (no inner one per unlock): its body is inline.
         try:
-            await self._release(p, owner, mark, task)
+            holder, _ = self._core.holder(owner, task)
+            # Looked up once: the services change only with the event loop, never under a call.
+            services = self._s
+            field = p.field(holder)
+            # One line per holder, not per field: a read-write lock's read and write calls of
+            # one holder take turns too (the upgrade rule depends on their order).
+            ticket = services.order.join((p.key, holder))
+            try:
+                # An earlier call of this holder (a cut-off release finishing in the
+                # background, another task's call with the same owner=) lands first, or this
+                # call would decide on stale bookkeeping.
+                if not ticket.ready:  # spares a coroutine when the turn is free
+                    await ticket.wait()
+            except BaseException:
+                # Cancelled while waiting its turn: the release was asked for, so it is made,
+                # in the background once the turn comes (async with must never exit holding).
+                services.background.complete(ticket, self.release_later(p, holder, field))
+                raise
+            hold, latch, reapply, offer, invocation = self._prepare(p, holder, field)
+            runner = services.runner
+            # Its reply's future awaited here (no coroutine of the runner's per unlock).
+            reply_of = runner.send(*invocation)
+            try:
+                try:
+                    raw = await (runner.run(*invocation) if reply_of is None else reply_of)
+                except Exception as exc:
+                    if reply_of is None:
+                        raise
+                    # What run() does after a failed first send: retries, a reload.
+                    raw = await runner.rerun(exc, *invocation)
+                result = decode_release(raw)
+            except BaseException as exc:
+                error = self._failed(
+                    p,
+                    holder,
+                    exc,
+                    ticket=ticket,
+                    hold=hold,
+                    invocation=invocation,
+                    latch=latch,
+                    reapply=reapply,
+                    offer=offer,
+                )
+                if error is not None:
+                    raise error from exc
+                raise
+            if hold is not None:
+                hold.releasing -= 1
+            self._settle_offer(p, offer, result)
+            try:
+                self._settle_release(p, holder, hold, latch, result)
+            finally:
+                ticket.release()
         except Exception as exc:
             # A cancel request came while the call ran (swallowed below aiolock, then
             # another error): the cancel wins, as it would have had it been delivered.
@@ -50,29 +104,15 @@ class Releases(Part):
             raise
         finally:
             self._s.background.call_ended()
+        if cancel_requested(task, mark):
+            # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
+            raise asyncio.CancelledError
 
-    async def _release(
-        self, p: Primitive, owner: str | None, mark: int, calling: asyncio.Task[Any] | None
-    ) -> None:
-        holder, _ = self._core.holder(owner, calling)
-        # Looked up once: the services change only with the event loop, never under a call.
-        services = self._s
-        field = p.field(holder)
-        # One line per holder, not per field: a read-write lock's read and write calls of
-        # one holder take turns too (the upgrade rule depends on their order).
-        ticket = services.order.join((p.key, holder))
-        try:
-            # An earlier call of this holder (a cut-off release finishing in the
-            # background, another task's call with the same owner=) lands first, or this
-            # call would decide on stale bookkeeping.
-            if not ticket.ready:  # spares a coroutine when the turn is free
-                await ticket.wait()
-        except BaseException:
-            # Cancelled while waiting its turn: the release was asked for, so it is made,
-            # in the background once the turn comes (async with must never exit holding).
-            services.background.complete(ticket, self.release_later(p, holder, field))
-            raise
-        hold = services.holds.get(p.key, field)
+    def _prepare(
+        self, p: Primitive, holder: str, field: str
+    ) -> tuple[Hold | None, str, int, Offer | None, Invocation]:
+        """The unlock's script call, in the holder's turn: with its latch, lease, offer."""
+        hold = self._s.holds.get(p.key, field)
         # One latch per unlock call: every resend of this call replays the first result.
         latch = unlock_latch_key(p.key, self._core.request_id())
         reapply = self._core.reapply_ms(hold)
@@ -81,53 +121,56 @@ class Releases(Part):
         if hold is not None:
             # While a release is in flight the watchdog may find the key gone: not a loss.
             hold.releasing += 1
-        try:
-            result = decode_release(await services.runner.run(*invocation))
-        except BaseException as exc:
-            if cut_off(exc) or refused(exc):
-                if hold is not None and not isinstance(exc, asyncio.CancelledError):
-                    # Not renewed from now on: should the release never land, the lock
-                    # then runs out with its lease instead of staying held by nobody's
-                    # knowledge.
-                    services.renewal.untrack(hold)
-                # Cancelled with the script in flight, or no answer within the retries:
-                # the release may or may not have happened; or the server refused it past
-                # the retries (BUSY, TRYAGAIN, OOM...: not run). Finish it in the
-                # background (a resend with the same latch never releases twice), so the
-                # bookkeeping follows the server's answer and no hold is left held, and
-                # renewed, that nobody tracks. The caller still sees its error (the
-                # contract leaves connection errors be).
-                services.background.complete(
-                    ticket,
-                    self._finish_release(
-                        p,
-                        holder,
-                        hold=hold,
-                        invocation=invocation,
-                        latch=latch,
-                        reapply=reapply,
-                        offer=offer,
-                    ),
-                )
-                raise
-            # Refused (a login), or the script failed: nothing was done.
-            if hold is not None:
-                hold.releasing -= 1
-            self._settle_offer(p, offer, Release.NOT_HELD)
-            ticket.release()
-            if isinstance(exc, ResponseError):
-                raise script_error(p.name, p.key, exc) from exc
-            raise
+        return hold, latch, reapply, offer, invocation
+
+    def _failed(
+        self,
+        p: Primitive,
+        holder: str,
+        exc: BaseException,
+        *,
+        ticket: Ticket,
+        hold: Hold | None,
+        invocation: Invocation,
+        latch: str,
+        reapply: int,
+        offer: Offer | None,
+    ) -> Exception | None:
+        """An unlock's script raised ``exc``: what to raise instead (None: ``exc`` itself)."""
+        services = self._s
+        if cut_off(exc) or refused(exc):
+            if hold is not None and not isinstance(exc, asyncio.CancelledError):
+                # Not renewed from now on: should the release never land, the lock then
+                # runs out with its lease instead of staying held by nobody's knowledge.
+                services.renewal.untrack(hold)
+            # Cancelled with the script in flight, or no answer within the retries: the
+            # release may or may not have happened; or the server refused it past the
+            # retries (BUSY, TRYAGAIN, OOM...: not run). Finish it in the background (a
+            # resend with the same latch never releases twice), so the bookkeeping follows
+            # the server's answer and no hold is left held, and renewed, that nobody
+            # tracks. The caller still sees its error (the contract leaves connection
+            # errors be).
+            services.background.complete(
+                ticket,
+                self._finish_release(
+                    p,
+                    holder,
+                    hold=hold,
+                    invocation=invocation,
+                    latch=latch,
+                    reapply=reapply,
+                    offer=offer,
+                ),
+            )
+            return None
+        # Refused (a login), or the script failed: nothing was done.
         if hold is not None:
             hold.releasing -= 1
-        self._settle_offer(p, offer, result)
-        try:
-            self._settle_release(p, holder, hold, latch, result)
-        finally:
-            ticket.release()
-        if cancel_requested(calling, mark):
-            # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
-            raise asyncio.CancelledError
+        self._settle_offer(p, offer, Release.NOT_HELD)
+        ticket.release()
+        if isinstance(exc, ResponseError):
+            return script_error(p.name, p.key, exc)
+        return None
 
     def release_soon(self, p: Primitive, owner: str | None) -> None:
         """Release one hold of ``owner`` (None: the calling task) in the background.
@@ -241,14 +284,13 @@ class Releases(Part):
             # A hand-over is an acquisition by the release script: no WAIT follows it.
             or self.settings.replica_acks
             or hold is None
-            or hold.count != 1
+            or len(hold.leases) != 1
             or hold.lost is not None
             or self._core.closed
-            or not self._core.handovers.allowed(p.key)
         ):
             return None
         channel = p.channel(holder)
-        if not self._s.waiting.has_waiters(channel):
+        if not self._s.waiting.has_waiters(channel) or not self._core.handovers.allowed(p.key):
             # The common case, nobody of this client waiting: no closure, no scan.
             return None
 

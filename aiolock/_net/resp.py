@@ -78,6 +78,11 @@ class _Bulks(dict[object, bytes]):
     """
 
     def __missing__(self, arg: object) -> bytes:
+        if arg.__class__ is str:
+            # _bulk() inline for the commonest miss: each call's own latch or tombstone.
+            data = arg.encode()
+            bulk = self[arg] = b"$%d\r\n%s\r\n" % (len(data), data)
+            return bulk
         bulk = self[arg] = _bulk(arg)
         return bulk
 

@@ -144,6 +144,7 @@ class ScriptRunner:
         "_topology",
         "_transient",
         "_wait",
+        "acks",
     )
 
     def __init__(
@@ -162,6 +163,8 @@ class ScriptRunner:
             if replica_acks
             else None
         )
+        #: Whether ``run_acked`` asks for replica acknowledgements (else it is ``run``).
+        self.acks = self._wait is not None
         self._route = topology.route
         self._retry_attempts = retry_attempts
         self._retry_interval = retry_interval
@@ -198,9 +201,11 @@ class ScriptRunner:
         command = script.packed(keys, args)
         transport = self._route(keys[0])
         if transport is not None:
-            # The hot path: one send on a known connection.
+            # The hot path: one send on a known connection, its reply's future awaited
+            # here (``send``; ``call`` when it cannot go out at once).
             try:
-                return await transport.call(command)
+                sent = transport.send(command)
+                return await (transport.call(command) if sent is None else sent)
             except NoScriptError:
                 pass
             except self._resend as exc:
@@ -214,6 +219,39 @@ class ScriptRunner:
             None,
             transport,
         )
+
+    def send(
+        self, script: Script, keys: list[str], args: Sequence[str | int | bytes]
+    ) -> asyncio.Future[Any] | None:
+        """``run()``'s first send without a coroutine: its reply's future (None: ``run()``).
+
+        Should the future raise, ``rerun(exc, ...)`` does what ``run()`` does after it.
+        """
+        transport = self._route(keys[0])
+        return None if transport is None else transport.send(script.packed(keys, args))
+
+    async def rerun(
+        self,
+        exc: Exception,
+        script: Script,
+        keys: list[str],
+        args: Sequence[str | int | bytes],
+    ) -> Any:
+        """``run()`` after a ``send()`` whose reply raised ``exc``: retried as run() would."""
+        command = script.packed(keys, args)
+        if isinstance(exc, NoScriptError):
+            return await self._retrying(
+                lambda to: self._evalsha(to, script, command, reload=True),
+                keys[0],
+                script.name,
+                None,
+                self._route(keys[0]),
+            )
+        if isinstance(exc, self._resend):
+            return await self._retrying(
+                lambda to: self._evalsha(to, script, command), keys[0], script.name, exc
+            )
+        raise exc
 
     async def run_acked(
         self, script: Script, keys: list[str], args: Sequence[str | int | bytes]

@@ -237,6 +237,13 @@ class LockHandle(Acquirable):
         # The engine's coroutine itself, awaited by the caller: no extra frame per acquire.
         return self._engine.acquire(self._p, self._owner, wait, lease, timed=timed)
 
+    async def lock(self, lease: TimeArg = None) -> None:
+        """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
+        # Acquirable.lock(), straight to the engine (no _acquire() call per lock).
+        await self._engine.acquire(
+            self._p, self._owner, None, None if lease is None else lease_seconds(lease)
+        )
+
     # -- guarded holds --------------------------------------------------------------------
 
     async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:

@@ -12,7 +12,7 @@ from redis.asyncio import Redis
 from redis.asyncio.client import PubSub
 
 import aiolock
-from aiolock._net.scripts import load_script
+from aiolock._net.scripts import Script, ScriptRunner, load_script
 from aiolock.events import (
     SEMAPHORE_KINDS,
     Acquired,
@@ -340,3 +340,31 @@ async def forced_term_ends_on_its_message(
     finally:
         task.cancel()
         await asyncio.wait([task])
+
+
+def watch_script_runs(
+    monkeypatch: pytest.MonkeyPatch,
+    started: Callable[[Script, list[str]], None],
+    finished: Callable[[Script], None] = lambda _script: None,
+) -> None:
+    """Call ``started(script, keys)`` for every script a client sends, and ``finished``
+    once its reply is in: through ``ScriptRunner.run`` and through its coroutine-less
+    first send (``ScriptRunner.send``, the plain attempt's and unlock's path)."""
+    run, send = ScriptRunner.run, ScriptRunner.send
+
+    async def running(self: ScriptRunner, script: Script, keys: list[str], args: Any) -> Any:
+        started(script, keys)
+        try:
+            return await run(self, script, keys, args)
+        finally:
+            finished(script)
+
+    def sending(self: ScriptRunner, script: Script, keys: list[str], args: Any) -> Any:
+        future = send(self, script, keys, args)
+        if future is not None:  # None: the caller goes through run(), counted there
+            started(script, keys)
+            future.add_done_callback(lambda _f: finished(script))
+        return future
+
+    monkeypatch.setattr(ScriptRunner, "run", running)
+    monkeypatch.setattr(ScriptRunner, "send", sending)

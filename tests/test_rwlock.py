@@ -16,7 +16,7 @@ from redis.asyncio.client import PubSub
 import aiolock
 from aiolock._engine.renewal import BATCH_SIZE
 from aiolock._keys import rwlock_channel
-from aiolock._net.scripts import Script, ScriptRunner, load_script
+from aiolock._net.scripts import Script, load_script
 
 from .conftest import ClientFactory
 from .helpers import (
@@ -26,6 +26,7 @@ from .helpers import (
     subscribe_confirmed,
     subscriptions_confirmed,
     wait_until,
+    watch_script_runs,
 )
 
 T = TypeVar("T")
@@ -323,18 +324,14 @@ class Scripts:
 def scripts(monkeypatch: pytest.MonkeyPatch) -> Scripts:
     """Count script runs (through the runner every lock call goes through)."""
     counts = Scripts()
-    run = ScriptRunner.run
 
-    async def counting(
-        self: ScriptRunner, script: Script, keys: list[str], args: list[str | int]
-    ) -> Any:
+    def started(script: Script, _keys: list[str]) -> None:
         counts.started[script.name] += 1
-        try:
-            return await run(self, script, keys, args)
-        finally:
-            counts.finished[script.name] += 1
 
-    monkeypatch.setattr(ScriptRunner, "run", counting)
+    def finished(script: Script) -> None:
+        counts.finished[script.name] += 1
+
+    watch_script_runs(monkeypatch, started, finished)
     return counts
 
 

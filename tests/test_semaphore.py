@@ -17,12 +17,12 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock._engine.waiting import WaitingRoom
-from aiolock._net.scripts import Script, ScriptRunner
+from aiolock._net.scripts import Script
 from aiolock._objects.semaphore import SemaphoreState
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
-from .helpers import FAST, cancel_at, gated_redis, quiesce, wait_until
+from .helpers import FAST, cancel_at, gated_redis, quiesce, wait_until, watch_script_runs
 
 LIMIT = 10.0
 
@@ -163,16 +163,12 @@ async def test_releases_in_a_row_wake_only_as_many_as_permits_left(offline: aiol
 def _runs(monkeypatch: pytest.MonkeyPatch, name: str) -> list[str]:
     """The scripts sent on ``name`` from now on: a list that grows as they are sent."""
     sent: list[str] = []
-    run = ScriptRunner.run
 
-    async def counting(
-        self: ScriptRunner, script: Script, keys: list[str], args: list[str | int]
-    ) -> Any:
+    def started(script: Script, keys: list[str]) -> None:
         if keys and keys[0] == name:
             sent.append(script.name)
-        return await run(self, script, keys, args)
 
-    monkeypatch.setattr(ScriptRunner, "run", counting)
+    watch_script_runs(monkeypatch, started)
     return sent
 
 

@@ -143,9 +143,11 @@ async def give_back(members: list[LockHandle], *, report: bool = True) -> list[B
     Each in a task of its own that releases the calling task's hold (``asking_for``), so
     that members on servers far apart cost one round trip, not one each. Every one is
     made even if some fail or the caller is cancelled meanwhile: a cancel does not reach
-    them, and the call raises it once they have ended (each within ``QUERY_CALL``: see
-    ``_unlock``), so that what it leaves is what they left. Failures are logged when
-    ``report``.
+    them, and the call raises it once they have ended, so that what it leaves is what
+    they left. An unlock still unanswered after ``QUERY_CALL`` is cut off and finishes in
+    the background (its client resends it until the server answers; its renewal, frozen
+    with the server, lets the lease end meanwhile): not a failure, the release is under
+    way. Failures are logged when ``report``.
     """
     if not members:
         return []
@@ -158,16 +160,34 @@ async def give_back(members: list[LockHandle], *, report: bool = True) -> list[B
         # The loop holds tasks weakly: an unlock outlives a caller cancelled and gone.
         _UNLOCKING.add(unlocking)
         unlocking.add_done_callback(_UNLOCKING.discard)
+    # One deadline for all of them (they start together), not a timeout scope in each.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + QUERY_CALL
     cancelled: asyncio.CancelledError | None = None
-    while True:
+    pending = set(unlocks)
+    while pending:
         try:
-            await asyncio.wait(unlocks)
-            break
+            left = deadline - loop.time()
+            if left <= 0:
+                for unlocking in pending:
+                    unlocking.cancel()
+                await asyncio.wait(pending)
+                break
+            _, pending = await asyncio.wait(pending, timeout=left)
         except asyncio.CancelledError as exc:
             cancelled = exc
     # Every result is read (an error never read is logged when the task is collected);
     # an error no member unlock expects is raised, as it was when unlocked in turn.
-    errors = [error for error in (u.result() for u in unlocks) if error is not None]
+    errors = []
+    for member, unlocking in zip(members, unlocks, strict=True):
+        if unlocking.cancelled():
+            log.warning(
+                "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
+                member.name,
+                QUERY_CALL,
+            )
+        elif (error := unlocking.result()) is not None:
+            errors.append(error)
     if cancelled is not None:
         raise cancelled
     return errors
@@ -178,27 +198,9 @@ _UNLOCKING: set[asyncio.Task[BaseException | None]] = set()
 
 
 async def _unlock(member: LockHandle, *, report: bool) -> BaseException | None:
-    """Unlock ``member``: None, or its failure (logged when ``report``).
-
-    An unlock still unanswered after ``QUERY_CALL`` is cut off and finishes in the
-    background (its client resends it until the server answers; its renewal, frozen with
-    the server, lets the lease end meanwhile): not a failure, the release is under way.
-    """
-    scope = asyncio.timeout(QUERY_CALL)
+    """Unlock ``member``: None, or its failure (logged when ``report``)."""
     try:
-        async with scope:
-            await member.unlock()
-    except TimeoutError as exc:
-        if not scope.expired():
-            # The member's own error (a socket timeout), not this bound.
-            if report:
-                log.warning("aiolock: giving back %r failed: %r", member.name, exc)
-            return exc
-        log.warning(
-            "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
-            member.name,
-            QUERY_CALL,
-        )
+        await member.unlock()
     except (LockError, RedisError, OSError) as exc:
         if report:
             log.warning("aiolock: giving back %r failed: %r", member.name, exc)

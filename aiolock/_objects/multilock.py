@@ -192,8 +192,8 @@ class Composite(Acquirable):
         await give_back([m for m in done if m not in taken])
         try:
             for member in members[kept:]:
-                left = self._left(deadline, budget, started)
-                if not await self._take(member, left, lease, first=False, timed=timed):
+                wait, bound = self._call_of(self._left(deadline, budget, started), first=False)
+                if not await within(bound, self._take(member, wait, lease, timed=timed)):
                     break
                 taken.append(member)
         except BaseException:
@@ -223,31 +223,51 @@ class Composite(Acquirable):
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        wait, bound = self._call_of(left, first=first)
         with asking_for(task):
             tries = [
-                asyncio.create_task(self._take(member, left, lease, first=first, timed=timed))
+                asyncio.create_task(self._take(member, wait, lease, timed=timed))
                 for member in members
             ]
+        # Settled once every try has ended, one has failed, or ``enough`` holds: told by
+        # the tries' own callbacks and, at the round's bound (the same for every try: one
+        # deadline for them all, not a timeout scope in each), by a timer.
+        loop = asyncio.get_running_loop()
+        settled: asyncio.Future[None] = loop.create_future()
+
+        def on_done(_: object) -> None:
+            if settled.done():
+                return
+            ended = [t for t in tries if t.done()]
+            count = sum(1 for t in ended if took(t))
+            if (
+                len(ended) == len(tries)
+                or any(not t.cancelled() and t.exception() is not None for t in ended)
+                or enough(count, len(ended) - count)
+            ):
+                settled.set_result(None)
+
+        for tried in tries:
+            tried.add_done_callback(on_done)
+        timer = None if bound is None else loop.call_later(bound, _settle, settled)
         cancelled: asyncio.CancelledError | None = None
-        pending = set(tries)
         try:
-            while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                if any(t.exception() is not None for t in done if not t.cancelled()):
-                    break
-                count = sum(1 for t in tries if took(t))
-                if enough(count, sum(1 for t in tries if t.done()) - count):
-                    break
+            await settled
         except asyncio.CancelledError as exc:
             cancelled = exc
+        finally:
+            if timer is not None:
+                timer.cancel()
+        # The tries still under way are cut off (the bound) or not needed: not taken.
+        pending = [t for t in tries if not t.done()]
         for pending_try in pending:
             pending_try.cancel()
         # A try cancelled ends soon: its engine undoes what landed, or will once its
         # server answers. Waited for even through another cancel, so that a member it
         # took before the cancel reached it is known, and given back.
-        while True:
+        while pending:
             try:
-                await asyncio.wait(tries)
+                await asyncio.wait(pending)
                 break
             except asyncio.CancelledError as exc:
                 cancelled = exc
@@ -260,23 +280,30 @@ class Composite(Acquirable):
             raise cancelled if cancelled is not None else error  # type: ignore[misc]
         return taken
 
-    async def _take(
-        self, member: LockHandle, left: Left, lease: float | None, *, first: bool, timed: bool
-    ) -> bool:
-        """Take one member in the time ``left``; a connection error is raised (see RedLock).
+    def _call_of(self, left: Left, *, first: bool) -> tuple[float | None, float | None]:
+        """A member's call in a round with the time ``left``: (its wait, its bound).
 
-        ``first``: a MultiLock's try of every member at once, which waits for no lock.
-        Else the member waits for the lock as long as the wait has left. Either way its
-        call as a whole, round trips included, ends shortly after the wait or when the
-        validity runs out (a hung server cannot hold the MultiLock past either), and a
-        call cut off counts as not taken.
+        The wait is how long the member waits for its lock (``first``: a MultiLock's try
+        of every member at once, which waits for no lock; else as long as the wait has
+        left). The bound is how long the call as a whole may last, round trips included
+        (None: no bound): shortly after the wait, or when the validity runs out, so that
+        a hung server cannot hold the MultiLock past either. A call cut off counts as not
+        taken.
         """
         bound = None if left.wait is None else left.wait + MIN_CALL
         if left.valid is not None:
             valid = max(left.valid, MIN_CALL)
             bound = valid if bound is None else min(bound, valid)
-        wait = 0.0 if first else left.wait
-        return await within(bound, try_member(member, wait, lease, timed=timed))
+        return (0.0 if first else left.wait), bound
+
+    async def _take(
+        self, member: LockHandle, wait: float | None, lease: float | None, *, timed: bool
+    ) -> bool:
+        """Take one member, waiting ``wait`` for it (its caller bounds the call).
+
+        A connection error is raised (see RedLock).
+        """
+        return await try_member(member, wait, lease, timed=timed)
 
     def _budget(self, lease: float | None) -> float | None:
         """How long taking the members may last with ``lease`` (None: any time)."""
@@ -452,3 +479,9 @@ class MultiLock(Composite):
 
     def __init__(self, *locks: LockHandle) -> None:
         super().__init__("MultiLock", locks)
+
+
+def _settle(settled: asyncio.Future[None]) -> None:
+    """A round's bound is up: it is settled with the tries that have ended."""
+    if not settled.done():
+        settled.set_result(None)

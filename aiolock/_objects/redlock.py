@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 
 from .._exceptions import LockLostError
 from .handle import LockHandle
-from .members import UNBOUNDED_CALL, try_member, within
+from .members import UNBOUNDED_CALL, try_member
 from .multilock import MIN_CALL, Composite, Left
 
 __all__ = ("RedLock",)
@@ -54,9 +54,7 @@ class RedLock(Composite):
     def _quorum_of(count: int) -> int:
         return count // 2 + 1
 
-    async def _take(
-        self, member: LockHandle, left: Left, lease: float | None, *, first: bool, timed: bool
-    ) -> bool:
+    def _call_of(self, left: Left, *, first: bool) -> tuple[float | None, float | None]:
         # Each member gets an equal share of the time left (of the wait and of the
         # validity, whichever is shorter), so that one busy, slow or hung server does not
         # eat the time the others need: the Redlock algorithm's per-server timeout. The
@@ -67,14 +65,17 @@ class RedLock(Composite):
         if share is None:
             # Neither a wait nor a lease: no time runs out, but a hung server must not
             # hold up the first round for long (Redisson's RedLock allows 1.5 s a member).
-            wait, bound = (0.0, UNBOUNDED_CALL) if first else (None, None)
-        else:
-            wait = 0.0 if first else share
-            # Beyond its own wait, a member's round trip gets the rest of its share, and
-            # at least the minimum any call needs.
-            bound = wait + max(share - wait, MIN_CALL)
+            return (0.0, UNBOUNDED_CALL) if first else (None, None)
+        wait = 0.0 if first else share
+        # Beyond its own wait, a member's round trip gets the rest of its share, and at
+        # least the minimum any call needs.
+        return wait, wait + max(share - wait, MIN_CALL)
+
+    async def _take(
+        self, member: LockHandle, wait: float | None, lease: float | None, *, timed: bool
+    ) -> bool:
         try:
-            return await within(bound, try_member(member, wait, lease, timed=timed))
+            return await try_member(member, wait, lease, timed=timed)
         except (RedisError, OSError) as exc:
             # A server down is what a RedLock tolerates: the member is not taken. (Were
             # its acquire on its way when the connection failed, its client undoes it.)
@@ -98,7 +99,7 @@ class RedLock(Composite):
         # believe held are left alone, rather than sent an unlock a down server would make
         # it resend for a lease. (A hold it does not know of, an acquire whose answer was
         # lost, its client gives back by itself.)
-        held = [member for member in self._members if member.statistics().hold_count]
+        held = [member for member in self._members if _believed_held(member)]
         return held if len(held) >= self._quorum else self._members
 
     def _check_release(self, released: int, errors: list[BaseException]) -> None:
@@ -110,3 +111,9 @@ class RedLock(Composite):
                 raise error
         if errors:
             raise errors[0]
+
+
+def _believed_held(member: LockHandle) -> bool:
+    """Whether this client believes the calling holder holds ``member`` (no round trip)."""
+    record = member._record()
+    return record is not None and record.count > 0

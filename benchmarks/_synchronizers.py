@@ -327,6 +327,16 @@ async def _run(url: str, rounds: int, seconds: float, run_id: str) -> dict[str, 
                     figures = await _red_round(urls, f"{tag}:{r}:{tasks}", key, tasks, seconds)
                     per[key].append(figures["ops_per_s"])
             red[str(tasks)] = {k: _spread(v) for k, v in per.items()}
+            peers = [k for k in keys if k != "aiolock"]
+            if peers:
+                # Per round, over the best peer of that same round (the bound: >= 1).
+                red[f"ratio_best_peer_{tasks}"] = _spread(
+                    [
+                        per["aiolock"][r] / max(per[k][r] for k in peers)
+                        for r in range(rounds)
+                        if max(per[k][r] for k in peers) > 0
+                    ]
+                )
     red["unavailable"] = {k: _available(k) for k in REDLOCKS if k not in keys}
     out["redlock"] = red
     return out
@@ -380,4 +390,13 @@ def synchronizers_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {label} | {fmt(red['1'][key])} | {fmt(red['8'][key])} |")
         else:
             lines.append(f"| {label} | {red['unavailable'][key]} | |")
+    for tasks, what in (("1", "pairs/s, 1 task"), ("8", "acquisitions/s, 8 tasks")):
+        ratio = red.get(f"ratio_best_peer_{tasks}")
+        if ratio and ratio.get("median") is not None:
+            lines += [
+                "",
+                f"aiolock RedLock ÷ the best peer of the same round, {what}: "
+                f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
+                + (" (bound >= 1)" if tasks == "1" else ""),
+            ]
     return "\n".join(lines) + "\n"

@@ -13,7 +13,8 @@ name):
   cost, not an exporter's.
 
 Interleaved: each repetition runs every configuration once for ``--duration`` seconds,
-round-robin, the first one rotating, at 1 task and at ``--tasks`` tasks. Reported per
+round-robin, the first one rotating, at 1 task, at ``--tasks`` tasks each on its own lock,
+and at ``--tasks`` tasks on one lock (the main benchmark's contended N=16). Reported per
 configuration: the median over the repetitions of pairs/s and of client CPU per pair
 (``time.process_time``, every thread of the process: the batch processor's too; the server
 is another process), with their range (min-max), and its CPU per pair minus ``none``'s,
@@ -151,14 +152,18 @@ def _instrumentation_listener(
 
 
 async def _round(
-    client: aiolock.Client, tasks: int, duration: float, tag: str
+    client: aiolock.Client, tasks: int, duration: float, tag: str, *, one_lock: bool = False
 ) -> tuple[int, float]:
-    """Pairs done by ``tasks`` tasks in ``duration`` s, and the client CPU seconds spent."""
+    """Pairs done by ``tasks`` tasks in ``duration`` s, and the client CPU seconds spent.
+
+    ``one_lock``: every task on the same lock (the main benchmark's contended N), else each
+    on its own.
+    """
     deadline = time.monotonic() + duration
     done = [0] * tasks
 
     async def loop(i: int) -> None:
-        lock = client.lock(f"bench:otel:{tag}:{i}")
+        lock = client.lock(f"bench:otel:{tag}" if one_lock else f"bench:otel:{tag}:{i}")
         for _ in range(1_000_000):
             await lock.lock()
             await lock.unlock()
@@ -225,16 +230,23 @@ async def pairs(reps: int, duration: float, tasks: int, pin: int | None) -> None
         try:
             for client in clients.values():  # connections and scripts loaded
                 await _round(client, tasks, 0.2, "warm")
-            for n in (1, tasks):
+            cases = (
+                (1, False, "1 task"),
+                (tasks, False, f"{tasks} tasks, each on its own lock"),
+                (tasks, True, f"N={tasks}: {tasks} tasks on one lock (pairs = acquisitions)"),
+            )
+            for n, one_lock, label in cases:
                 rate: dict[str, list[float]] = {c: [] for c in CONFIGS}
                 cpu_us: dict[str, list[float]] = {c: [] for c in CONFIGS}
                 for rep in range(reps):
                     first = rep % len(CONFIGS)
                     for config in CONFIGS[first:] + CONFIGS[:first]:
-                        done, cpu = await _round(clients[config], n, duration, config)
+                        done, cpu = await _round(
+                            clients[config], n, duration, f"{config}:{rep}", one_lock=one_lock
+                        )
                         rate[config].append(done / duration)
                         cpu_us[config].append(cpu / done * 1e6)
-                print(f"\n{n} task(s), {reps} reps x {duration} s: median (min-max)")
+                print(f"\n{label}, {reps} reps x {duration} s: median (min-max)")
                 print(f"{'config':<14} {'pairs/s':>20} {'CPU µs/pair':>20} {'Δ CPU µs/pair':>22}")
                 for config in CONFIGS:
                     delta = [a - b for a, b in zip(cpu_us[config], cpu_us["none"], strict=True)]

@@ -118,15 +118,15 @@ async def test_a_cancelled_acquire_gives_back_what_it_took(
         for blocker in blockers:
             await blocker.lock()
 
-        async def take() -> bool:
-            letting_go = [asyncio.create_task(blocker.unlock()) for blocker in blockers]
-            try:
-                return await composite.try_lock(wait=LIMIT)
-            finally:
-                # Each awaited in turn: done by now, they do not suspend (gather() would,
-                # and a cancel there would hide a completed acquire).
-                for unlocking in letting_go:
-                    await unlocking
+        letting_go: list[asyncio.Task[None]] = []
+
+        async def take(letting_go: list[asyncio.Task[None]] = letting_go) -> bool:
+            # The blockers let go as the acquire starts, in its first step; their unlocks
+            # are awaited outside the task cancelled, so that the cancel lands in the
+            # acquire or nowhere (one landing in a wait for them, after the acquire had
+            # returned, would hide a completed acquire).
+            letting_go.extend(asyncio.create_task(blocker.unlock()) for blocker in blockers)
+            return await composite.try_lock(wait=LIMIT)
 
         task = asyncio.create_task(take())
         cancel_at(task, k)
@@ -134,6 +134,8 @@ async def test_a_cancelled_acquire_gives_back_what_it_took(
             taken = await task
         except asyncio.CancelledError:
             taken = False
+        for unlocking in letting_go:
+            await unlocking
         await quiesce(mine)
         held = await raw.exists(*names)
         believed = sum(bool(m.statistics().hold_count) for m in composite._members)

@@ -1270,3 +1270,23 @@ async def test_write_lock_after_a_cut_off_read_unlock_waits_for_it(
         await reader.unlock()
     await quiesce(client)
     assert await raw.exists(name) == 0
+
+
+async def test_a_renewal_sent_behind_a_reentrant_read_unlock_reports_no_loss(
+    client: aiolock.Client, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A renewal round sent while one of two read holds is being released.
+
+    The server runs the release first, so the round finds the second hold's timeout key gone.
+    That answer comes after the release's: the hold it judged had changed under it, and no
+    loss is reported. The last hold still unlocks."""
+    # owner=: the unlock runs in a task of its own.
+    reader = client.read_write_lock(name, owner="r").read_lock()
+    await reader.lock()
+    await reader.lock()
+    unlocking = asyncio.create_task(reader.unlock())
+    await asyncio.sleep(0)  # the unlock's script is sent in its first step
+    await client._renewal.renew_once()
+    await unlocking
+    await reader.unlock()  # raised LockLostError when the round's answer was taken as a loss
+    assert "was lost" not in caplog.text

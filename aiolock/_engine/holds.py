@@ -46,7 +46,10 @@ class Hold:
     kind: str = "hash"
     leases: list[int | None] = dataclasses.field(default_factory=list)
     lost: str | None = None
+    # Releases in flight, and releases begun ever (``release_begins``): a renewal's
+    # answer of "gone" judges the hold as it was when the round was sent.
     releasing: int = 0
+    releases: int = 0
     # Extra data a renewal kind needs (the read lock's timeout-key prefix).
     extra: str = ""
     # The task it belongs to (None with owner=): its end stops the renewal.
@@ -78,6 +81,11 @@ class Hold:
     # Logged as held past slow_hold already (by the renewal round): its release says so
     # at INFO only.
     slow_logged: bool = False
+
+    def release_begins(self) -> None:
+        """A release of this hold is sent (its end: ``releasing -= 1``)."""
+        self.releasing += 1
+        self.releases += 1
 
     @property
     def count(self) -> int:

@@ -120,7 +120,7 @@ class Releases(Part):
         invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
         if hold is not None:
             # While a release is in flight the watchdog may find the key gone: not a loss.
-            hold.releasing += 1
+            hold.release_begins()
         return hold, latch, reapply, offer, invocation
 
     def _failed(
@@ -195,7 +195,7 @@ class Releases(Part):
         latch = unlock_latch_key(p.key, self._core.request_id())
         reapply = self._core.reapply_ms(hold)
         if hold is not None:
-            hold.releasing += 1
+            hold.release_begins()
         invocation = p.release(field, reapply, latch)
         await self._finish_release(
             p, holder, hold=hold, invocation=invocation, latch=latch, reapply=reapply, offer=None

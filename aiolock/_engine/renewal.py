@@ -434,20 +434,32 @@ class RenewalService:
         # An acquire recorded while the renewal is in flight set the lease itself, perhaps
         # after it (shorter): the renewal's answer confirms only holds with none.
         confirms = [[hold.confirms for hold in batch] for batch in batches]
+        # A release in flight when the round is sent, or begun before its answer, may run
+        # first on the server and change what the round checks (a read hold's numbers): an
+        # answer of "gone" then judges a hold that has changed, and the next round decides.
+        releases = [[(hold.releases, hold.releasing) for hold in batch] for batch in batches]
         try:
             replies = await self._runner.run_batch(script, calls)
         except (RedisError, OSError) as exc:
             replies = [exc] * len(calls)
         error: BaseException | None = None
-        for batch, reply, before in zip(batches, replies, confirms, strict=True):
+        for batch, reply, before, released in zip(
+            batches, replies, confirms, releases, strict=True
+        ):
             if isinstance(reply, BaseException):
                 error = error or reply
                 continue
-            for hold, held, count in zip(batch, reply, before, strict=True):
+            for hold, held, count, sent in zip(batch, reply, before, released, strict=True):
                 if int(held) and hold.confirms == count and confirmed > hold.confirmed:
                     hold.confirmed = confirmed
-                # An unlock in flight may already have deleted the key: not a loss.
-                if not int(held) and hold in self._holds and not hold.releasing:
+                # An unlock in flight, at the send or since, may already have deleted the
+                # key or one of its read holds: not a loss.
+                if (
+                    not int(held)
+                    and hold in self._holds
+                    and not hold.releasing
+                    and sent == (hold.releases, 0)
+                ):
                     self._on_lost(hold, "the watchdog found its hold gone")
         return error
 

@@ -20,6 +20,7 @@ from redis.crc import key_slot
 
 import aiolock
 from aiolock._net.cluster import Cluster
+from aiolock._net.transport import CommandTransport
 
 from . import clusters
 from .clusters import names_on_every_primary, node_redis
@@ -390,3 +391,41 @@ async def test_waiters_on_a_frozen_primary_follow_its_replica_by_polling(uid: st
                 os.kill(victim.pid, signal.SIGCONT)
             await holder.aclose()
             await waiting.aclose()
+
+
+async def test_latches_of_many_slots_go_in_one_round_trip_per_primary(
+    cluster: ClusterHandle,
+    make_client: ClientFactory,
+    raw: RedisCluster,
+    uid: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Unlock latches in many slots are deleted a pipeline per primary, not an UNLINK per
+    round trip: a busy client's latches must not pile up until their PX expiry."""
+    unlinks: list[int] = []  # per round trip that carried UNLINKs, how many
+    call_many = CommandTransport.call_many
+
+    async def counted(self: CommandTransport, commands: list[bytes]) -> list[Any]:
+        carried = sum(b"UNLINK" in command[:24] for command in commands)
+        if carried:
+            unlinks.append(carried)
+        return await call_many(self, commands)
+
+    monkeypatch.setattr(CommandTransport, "call_many", counted)
+    client = make_client()
+    names = [f"{uid}:latch:{i}" for i in range(300)]
+    slots = {key_slot(name.encode()) for name in names}
+
+    async def pair(name: str) -> None:
+        lock = client.lock(name)
+        await lock.lock()
+        await lock.unlock()
+
+    await asyncio.gather(*(pair(name) for name in names))
+    await client.aclose()  # deletes every latch left
+    left = [k async for k in raw.scan_iter(match=f"redisson_unlock_latch:{{{uid}:latch:*")]
+    assert left == []
+    # Every slot's latches took an UNLINK of their own (a cluster's multi-key command
+    # stays in one slot), and those UNLINKs shared round trips.
+    assert len(slots) <= sum(unlinks) <= len(names)
+    assert len(unlinks) * 10 <= len(slots), unlinks

@@ -5,6 +5,12 @@ round trip would make every lock/unlock pair cost three commands; the latch only
 to resends of the one unlock call, which are over by the time it returns, so aiolock
 deletes latches in batches in the background (and all remaining ones at ``aclose()``).
 Their PX expiry stays as the safety net.
+
+A batch costs each server one round trip. On a cluster a multi-key command must stay in one
+slot, and a latch is in its lock's slot: locks over many names give one UNLINK per slot,
+so each server gets all of its UNLINKs in one pipeline. (One UNLINK after another, each
+waiting for its reply, fell behind the unlocks of a busy client: latches piled up in the
+client and on the servers until their PX expiry.)
 """
 
 from __future__ import annotations
@@ -17,14 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import RedisError
 
+from .._net.resp import pack
+
 if TYPE_CHECKING:
     from .._net.scripts import ScriptRunner
+    from .._net.transport import CommandTransport
 
 __all__ = ("LatchSweeper",)
 
 log = logging.getLogger("aiolock")
 
-_BATCH = 100
+_BATCH = 100  # keys per UNLINK, and UNLINKs per pipeline
 _DELAY = 0.05
 
 
@@ -56,12 +65,25 @@ class LatchSweeper:
     async def flush(self) -> None:
         """Delete every collected latch now."""
         while self._keys:
-            # One UNLINK per shard: on a cluster a multi-key command stays in one slot.
-            shards: dict[int, list[str]] = {}
-            for key in self._keys:
-                shards.setdefault(self._runner.shard(key), []).append(key)
-            self._keys = []
-            for keys in shards.values():
-                for start in range(0, len(keys), _BATCH):
-                    with contextlib.suppress(RedisError, OSError):
-                        await self._runner.command("UNLINK", *keys[start : start + _BATCH])
+            keys, self._keys = self._keys, []
+            # server -> slot -> its latches (one slot, shard 0, on a single server)
+            servers: dict[CommandTransport | None, dict[int, list[str]]] = {}
+            runner = self._runner
+            for key in keys:
+                slots = servers.setdefault(runner.server(key), {})
+                slots.setdefault(runner.shard(key), []).append(key)
+            for server, slots in servers.items():
+                commands = [
+                    pack("UNLINK", *same[start : start + _BATCH])
+                    for same in slots.values()
+                    for start in range(0, len(same), _BATCH)
+                ]
+                for start in range(0, len(commands), _BATCH):
+                    await self._unlink(server, commands[start : start + _BATCH])
+
+    async def _unlink(self, server: CommandTransport | None, commands: list[bytes]) -> None:
+        # Best effort: a latch not deleted (its server lost, its slot moved: the reply is
+        # an error in the list) expires by itself.
+        with contextlib.suppress(RedisError, OSError):
+            if server is not None:
+                await server.call_many(commands)

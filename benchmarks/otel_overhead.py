@@ -5,6 +5,9 @@ name):
 
 * ``none``: no listener;
 * ``listener``: a listener that does nothing (the event stream's own cost);
+* ``instrumented``: ``instrument_opentelemetry(client)`` with the global providers and no
+  SDK configured (the ``aiolock[otel]`` extra installed, the application not exporting):
+  the instrumentation's own cost, every instrument and span call made, into the API's no-op;
 * ``metrics``: instrumented with an SDK meter provider as production has it (a
   ``PeriodicExportingMetricReader`` with a long interval, to an exporter that drops the
   data), spans off (a no-op tracer provider);
@@ -68,7 +71,7 @@ from aiolock import events
 from aiolock._events import Emitter
 from aiolock.testing import redis_server
 
-CONFIGS = ("none", "listener", "metrics", "metrics+spans")
+CONFIGS = ("none", "listener", "instrumented", "metrics", "metrics+spans")
 
 # What an event carries in part 2 (one kind, no lock names: the default attribute sets).
 ACQUIRED = events.Acquired("lock", "orders:42", "c:1", 0.0004, reentrant=False)
@@ -223,6 +226,8 @@ async def pairs(reps: int, duration: float, tasks: int, pin: int | None) -> None
         clients = {config: aiolock.Client.from_url(server.url) for config in CONFIGS}
         meter_provider, tracer_provider = _meter_provider(), _tracer_provider()
         clients["listener"].add_listener(lambda event: None)
+        # No SDK in this process: the global providers are the API's proxies, no-ops.
+        aiolock.instrument_opentelemetry(clients["instrumented"])
         aiolock.instrument_opentelemetry(
             clients["metrics"], meter_provider, trace.NoOpTracerProvider()
         )

@@ -73,17 +73,29 @@ class LatchSweeper:
                 slots = servers.setdefault(runner.server(key), {})
                 slots.setdefault(runner.shard(key), []).append(key)
             for server, slots in servers.items():
-                commands = [
-                    pack("UNLINK", *same[start : start + _BATCH])
+                unlinks = [
+                    same[start : start + _BATCH]
                     for same in slots.values()
                     for start in range(0, len(same), _BATCH)
                 ]
-                for start in range(0, len(commands), _BATCH):
-                    await self._unlink(server, commands[start : start + _BATCH])
+                for start in range(0, len(unlinks), _BATCH):
+                    await self._unlink(server, unlinks[start : start + _BATCH])
 
-    async def _unlink(self, server: CommandTransport | None, commands: list[bytes]) -> None:
-        # Best effort: a latch not deleted (its server lost, its slot moved: the reply is
-        # an error in the list) expires by itself.
-        with contextlib.suppress(RedisError, OSError):
-            if server is not None:
-                await server.call_many(commands)
+    async def _unlink(self, server: CommandTransport | None, unlinks: list[list[str]]) -> None:
+        """UNLINK each list of keys: in one round trip to ``server``, else one by one."""
+        if server is not None:
+            try:
+                replies = await server.call_many([pack("UNLINK", *keys) for keys in unlinks])
+            except (RedisError, OSError):
+                pass  # the connection lost: each again, with the runner's retries
+            else:
+                # An error reply (the slot moved, say): that one again, redirected.
+                unlinks = [
+                    keys
+                    for keys, reply in zip(unlinks, replies, strict=True)
+                    if isinstance(reply, BaseException)
+                ]
+        for keys in unlinks:
+            # Best effort: a latch not deleted expires by itself.
+            with contextlib.suppress(RedisError, OSError):
+                await self._runner.command("UNLINK", *keys)

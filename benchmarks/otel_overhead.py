@@ -262,10 +262,12 @@ async def pairs(reps: int, duration: float, tasks: int, pin: int | None) -> None
             print(
                 "\nthe listener timed in the pairs above (1 task, median µs per event, cold caches)"
             )
-            for label, spans in (("metrics", False), ("metrics+spans", True)):
-                listener, undo = _instrumentation_listener(
-                    meter_provider, tracer_provider if spans else trace.NoOpTracerProvider()
-                )
+            for label, meters, tracers in (
+                ("instrumented", metrics.get_meter_provider(), trace.get_tracer_provider()),
+                ("metrics", meter_provider, trace.NoOpTracerProvider()),
+                ("metrics+spans", meter_provider, tracer_provider),
+            ):
+                listener, undo = _instrumentation_listener(meters, tracers)
                 print(f"  {label:<14} {await _in_situ(clients['none'], listener):6.2f}")
                 undo()
         finally:

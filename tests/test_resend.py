@@ -18,7 +18,7 @@ import aiolock
 from aiolock._keys import fair_queue_key, fair_timeout_key
 
 from .conftest import ClientFactory
-from .faultproxy import FaultProxy, script
+from .faultproxy import FaultProxy, command, script
 from .helpers import quiesce, wait_until
 
 LIMIT = 10.0
@@ -331,3 +331,33 @@ async def test_write_hand_over_whose_reply_was_lost_hands_over_once(
 async def _publishes(raw: Redis) -> int:
     stats: dict[str, Any] = await raw.info("commandstats")
     return int(stats.get("cmdstat_publish", {}).get("calls", 0))
+
+
+async def test_latch_unlink_refused_in_the_sweepers_pipeline_is_sent_again(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """An UNLINK of the latch sweeper's pipeline answered with an error is sent again on
+    its own: the latch is deleted now, not left to its expiry."""
+    refuse = proxy.refuse("UNLINK", "TRYAGAIN", times=1)
+    lock = proxied.lock(name, owner="o")
+    await lock.lock()
+    await lock.unlock()
+    await proxied._latches.flush()
+    assert refuse.count == 1
+    assert [k async for k in raw.scan_iter(match=f"redisson_unlock_latch:{{{name}}}:*")] == []
+
+
+async def test_latch_unlinks_whose_connection_closed_before_the_reply_are_sent_again(
+    proxy: FaultProxy, proxied: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """The latch sweeper's pipeline whose connection closes before its reply: the flush
+    sends its UNLINKs again through the retries (they may not have run), and returns."""
+    seen = proxy.watch(command("UNLINK"))
+    drop = proxy.drop_reply(command("UNLINK"), then="close")
+    lock = proxied.lock(name, owner="o")
+    await lock.lock()
+    await lock.unlock()
+    await proxied._latches.flush()
+    assert drop.executed.is_set()
+    assert seen.count == 2  # the pipeline's, then its resend
+    assert [k async for k in raw.scan_iter(match=f"redisson_unlock_latch:{{{name}}}:*")] == []

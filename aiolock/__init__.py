@@ -84,7 +84,8 @@ def instrument_opentelemetry(
     """Record ``client``'s lock activity as OpenTelemetry metrics and spans.
 
     Needs the ``aiolock[otel]`` extra (``opentelemetry-api``); the providers default to the
-    global ones (no-ops until an SDK is configured). Instruments: ``aiolock.acquire.wait``,
+    global ones (no-ops until an SDK is configured; with the global tracer provider, spans
+    start within a second of an SDK being set). Instruments: ``aiolock.acquire.wait``,
     ``aiolock.hold.duration`` and ``aiolock.renewal.duration`` (histograms, seconds),
     ``aiolock.held`` and ``aiolock.waiting`` (up-down counters), ``aiolock.lease.lost``
     (counter); spans ``aiolock.acquire`` and ``aiolock.release``. Lock names become the

@@ -372,6 +372,49 @@ async def test_works_without_an_sdk(make_client: ClientFactory, name: str) -> No
         handle.uninstrument()
 
 
+_SDK_LATER = """
+import asyncio, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import aiolock
+from aiolock import _otel
+
+_otel.SDK_LOOK_INTERVAL = 0.0  # look at every event: the test does not wait out a second
+
+async def main(url, name):
+    async with aiolock.Client.from_url(url) as client:
+        aiolock.instrument_opentelemetry(client)
+        async with client.lock(name):
+            pass
+        exporter = InMemorySpanExporter()
+        provider = TracerProvider()
+        provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(provider)
+        async with client.lock(name):
+            pass
+        print(sorted(span.name for span in exporter.get_finished_spans()))
+
+asyncio.run(main(sys.argv[1], sys.argv[2]))
+"""
+
+
+def test_spans_start_once_an_sdk_is_set_after_instrumenting(redis_url: str, name: str) -> None:
+    """Instrumented before any tracer SDK is set (the global providers' proxies), a client
+    makes no span while none is set, and makes them once one is: the common order of an
+    application that instruments at import and configures OpenTelemetry in main()."""
+    out = subprocess.run(
+        [sys.executable, "-c", _SDK_LATER, redis_url, name],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['aiolock.acquire', 'aiolock.release']", out.stdout
+
+
 async def test_bad_arguments(client: aiolock.Client) -> None:
     with pytest.raises(TypeError, match="client"):
         aiolock.instrument_opentelemetry(object())  # type: ignore[arg-type]

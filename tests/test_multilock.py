@@ -284,6 +284,59 @@ async def test_multilock_with_a_member_cut_off_fails_and_keeps_nothing(
     await multi.unlock()
 
 
+async def test_redlock_waits_for_members_in_order_holding_none_after(
+    client: aiolock.Client, name: str
+) -> None:
+    """Fewer than a majority free: the RedLock waits for the members not free one after
+    another in the fixed order, holding none after the one it waits for (the free one
+    after it is given back, and stays free meanwhile). Members waited for at once could
+    make two tasks each hold one and wait for the other's for good: lock() has no bound."""
+    names = [f"{name}:{i}" for i in range(3)]
+    red = aiolock.RedLock(*(client.lock(n) for n in names))
+    first, last = client.lock(names[0], owner="h"), client.lock(names[2], owner="h")
+    await first.lock()
+    await last.lock()
+
+    async def take() -> bool:
+        await red.lock()
+        held = await red.is_held_by_current_task()
+        await red.unlock()
+        return held
+
+    taking = asyncio.create_task(take())
+    await wait_until(
+        lambda: client.lock(names[0]).statistics().tasks_waiting == 1,
+        what="the RedLock waiting for its first member",
+    )
+    middle = client.lock(names[1], owner="c")
+    assert await middle.try_lock(wait=0)
+    await middle.unlock()
+    await first.unlock()
+    async with asyncio.timeout(LIMIT):
+        assert await taking
+    await last.unlock()
+
+
+async def test_multilock_lock_with_a_member_cut_off_raises_its_error(
+    proxy: FaultProxy, proxied: aiolock.Client, client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """lock() with neither a wait nor a lease bounds no member's call: a member that fails
+    still ends the round, at once, and the call raises its error holding nothing (it does
+    not wait for the round's other members, nor for a bound there is none of)."""
+    members = three(client, proxied, name)
+    multi = aiolock.MultiLock(*members)
+    async with proxy.partition():
+        # The bound only turns a hang into a failure: the error comes after the proxied
+        # client's own timeouts (0.3 s, one retry).
+        async with asyncio.timeout(LIMIT):
+            with pytest.raises((RedisError, OSError)):
+                await multi.lock()
+        assert await raw.exists(f"{name}:a", f"{name}:c") == 0
+    await quiesce(proxied)
+    assert await raw.exists(f"{name}:b") == 0
+    assert [m.statistics().hold_count for m in members] == [0, 0, 0]
+
+
 async def test_redlock_with_a_member_cut_off_holds_the_majority(
     proxy: FaultProxy, proxied: aiolock.Client, client: aiolock.Client, raw: Redis, name: str
 ) -> None:

@@ -27,6 +27,7 @@ __all__ = (
     "answers",
     "ask",
     "give_back",
+    "settle",
     "took",
     "try_member",
     "within",
@@ -154,17 +155,35 @@ async def give_back(members: list[LockHandle], *, report: bool = True) -> list[B
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+    # Told by each unlock as it ends, in its own last step, so that this task runs in the
+    # loop's next pass (waiting for the tasks themselves would cost it one pass more).
+    loop = asyncio.get_running_loop()
+    settled: asyncio.Future[None] = loop.create_future()
+    under_way = [len(members)]
+
+    def ended() -> None:
+        under_way[0] -= 1
+        if not under_way[0] and not settled.done():
+            settled.set_result(None)
+
     with asking_for(task):
-        unlocks = [asyncio.create_task(_unlock(member, report=report)) for member in members]
+        unlocks = [asyncio.create_task(_unlock(member, ended, report=report)) for member in members]
     for unlocking in unlocks:
         # The loop holds tasks weakly: an unlock outlives a caller cancelled and gone.
         _UNLOCKING.add(unlocking)
         unlocking.add_done_callback(_UNLOCKING.discard)
     # One deadline for all of them (they start together), not a timeout scope in each.
-    loop = asyncio.get_running_loop()
     deadline = loop.time() + QUERY_CALL
+    timer = loop.call_at(deadline, settle, settled)
     cancelled: asyncio.CancelledError | None = None
-    pending = set(unlocks)
+    try:
+        await settled
+    except asyncio.CancelledError as exc:
+        cancelled = exc  # not passed on to the unlocks: they are waited for below
+    finally:
+        timer.cancel()
+    # Those still under way: past the deadline, or this task was cancelled meanwhile.
+    pending = {unlocking for unlocking in unlocks if not unlocking.done()}
     while pending:
         try:
             left = deadline - loop.time()
@@ -176,8 +195,20 @@ async def give_back(members: list[LockHandle], *, report: bool = True) -> list[B
             _, pending = await asyncio.wait(pending, timeout=left)
         except asyncio.CancelledError as exc:
             cancelled = exc
-    # Every result is read (an error never read is logged when the task is collected);
-    # an error no member unlock expects is raised, as it was when unlocked in turn.
+    errors = _failures(members, unlocks)
+    if cancelled is not None:
+        raise cancelled
+    return errors
+
+
+def _failures(
+    members: list[LockHandle], unlocks: list[asyncio.Task[BaseException | None]]
+) -> list[BaseException]:
+    """The failures of the ended ``unlocks`` (of ``members``); those cut off are logged.
+
+    Every result is read (an error never read is logged when the task is collected); an
+    error no member unlock expects is raised, as it was when unlocked in turn.
+    """
     errors = []
     for member, unlocking in zip(members, unlocks, strict=True):
         if unlocking.cancelled():
@@ -188,8 +219,6 @@ async def give_back(members: list[LockHandle], *, report: bool = True) -> list[B
             )
         elif (error := unlocking.result()) is not None:
             errors.append(error)
-    if cancelled is not None:
-        raise cancelled
     return errors
 
 
@@ -197,12 +226,22 @@ async def give_back(members: list[LockHandle], *, report: bool = True) -> list[B
 _UNLOCKING: set[asyncio.Task[BaseException | None]] = set()
 
 
-async def _unlock(member: LockHandle, *, report: bool) -> BaseException | None:
-    """Unlock ``member``: None, or its failure (logged when ``report``)."""
+async def _unlock(
+    member: LockHandle, ended: Callable[[], None], *, report: bool
+) -> BaseException | None:
+    """Unlock ``member``: None, or its failure (logged when ``report``); then ``ended()``."""
     try:
         await member.unlock()
     except (LockError, RedisError, OSError) as exc:
         if report:
             log.warning("aiolock: giving back %r failed: %r", member.name, exc)
         return exc
+    finally:
+        ended()
     return None
+
+
+def settle(settled: asyncio.Future[None]) -> None:
+    """A deadline is up: what waits on ``settled`` goes on with what has ended."""
+    if not settled.done():
+        settled.set_result(None)

@@ -4,7 +4,7 @@ Client-side only, as in Redisson: each member keeps its own keys, channel, waite
 watchdog, and nothing of the composite is stored. The members are asked at once, each in
 a task of its own that takes it for the calling task (a lock belongs to the task that took
 it: ``asking_for``), so that members on servers far apart cost one round trip, not one
-each (Redisson takes them one after another). A MultiLock waits for a member only in an
+each (Redisson takes them one after another). A composite waits for a member only in an
 order every process agrees on (by name and lock type, then as given), holding none after
 it, so two composites over the same locks never wait for each other in a circle (Redisson
 takes them as listed: its issues #1160 and #467). An unlock, and a failed attempt's give
@@ -36,6 +36,7 @@ from .members import (
     T,
     ask,
     give_back,
+    settle,
     took,
     try_member,
     within,
@@ -107,14 +108,12 @@ class Composite(Acquirable):
         loop = asyncio.get_running_loop()
         deadline = None if wait is None else loop.time() + wait
         budget = self._budget(lease)
-        first = True
         while True:
             started = loop.time()
-            taken = await self._round(deadline, budget, started, lease, first=first, timed=timed)
+            taken = await self._round(deadline, budget, started, lease, timed=timed)
             if len(taken) >= self._quorum and self._valid(budget, loop.time() - started):
                 return True
             await give_back(taken)
-            first = False
             # Too few, or taken too slowly to be valid: again, while time is left, after a
             # short random pause so that rivals that failed together do not collide again.
             pause = random.uniform(0, _RETRY_PAUSE)  # noqa: S311 - jitter, not secrecy
@@ -141,37 +140,24 @@ class Composite(Acquirable):
         started: float,
         lease: float | None,
         *,
-        first: bool,
         timed: bool,
     ) -> list[LockHandle]:
         """One round of taking the members: those taken (on a failure or cancel: none).
 
         On a member's error or a cancel, what was taken is given back and it is raised.
 
-        The MultiLock: every member tried at once without waiting for it, then, from the
-        first one not free (in the fixed order), one after another, waiting for each: a
-        task waits for a member only while it holds none after it, so two MultiLocks over
-        the same locks never wait for each other in a circle. The RedLock: every member
-        at once in every round (its rounds wait for each member a share of the time only).
+        Every member is tried at once without waiting for it (the usual case: one round
+        trip; a RedLock's tries stop once the quorum is out of reach). Then, unless enough
+        were free, from the first one not free (in the fixed order), one after another,
+        waiting for each: a task waits for a member only while it holds none after it, so
+        two composites over the same locks never wait for each other in a circle (were a
+        RedLock's members waited for at once, two tasks each holding one could wait for
+        the other's for good: neither a wait nor a lease bounds lock()). The MultiLock
+        stops at the first member it cannot take; the RedLock goes on to the next while
+        the quorum can still be reached, and stops once it is.
         """
-        members = self._members
-        if self._quorum < len(members):
-            # The RedLock: a round stops early once it cannot reach the quorum; once it
-            # has, after the first round (whose tries do not wait), the members still
-            # waiting for their locks are not waited for (their engines undo them).
-            allowed = len(members) - self._quorum
-            left = self._left(deadline, budget, started)
-            return await self._at_once(
-                members,
-                left,
-                lease,
-                first=first,
-                timed=timed,
-                enough=lambda taken, failed: (
-                    failed > allowed or (not first and taken >= self._quorum)
-                ),
-            )
-        # The MultiLock: all at once, without waiting (the usual case: one round trip).
+        members, quorum = self._members, self._quorum
+        allowed = len(members) - quorum
         left = self._left(deadline, budget, started)
         done = await self._at_once(
             members,
@@ -179,9 +165,9 @@ class Composite(Acquirable):
             lease,
             first=True,
             timed=timed,
-            enough=lambda taken, failed: False,
+            enough=lambda taken, failed: 0 < allowed < failed,
         )
-        if len(done) == len(members) or left.wait == 0:
+        if len(done) >= quorum or left.wait == 0:
             return done
         # The members taken before the first one not free are kept; those after it are
         # given back, so that this task holds none after a member it waits for.
@@ -191,11 +177,15 @@ class Composite(Acquirable):
         taken = members[:kept]
         await give_back([m for m in done if m not in taken])
         try:
-            for member in members[kept:]:
-                wait, bound = self._call_of(self._left(deadline, budget, started), first=False)
-                if not await within(bound, self._take(member, wait, lease, timed=timed)):
+            for index in range(kept, len(members)):
+                if len(taken) >= quorum or len(taken) + len(members) - index < quorum:
                     break
-                taken.append(member)
+                member = members[index]
+                wait, bound = self._call_of(self._left(deadline, budget, started), first=False)
+                if await within(bound, self._take(member, wait, lease, timed=timed)):
+                    taken.append(member)
+                elif not allowed:
+                    break  # a MultiLock needs every member
         except BaseException:
             await give_back(taken)
             raise
@@ -224,32 +214,38 @@ class Composite(Acquirable):
         if task is None:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
         wait, bound = self._call_of(left, first=first)
-        with asking_for(task):
-            tries = [
-                asyncio.create_task(self._take(member, wait, lease, timed=timed))
-                for member in members
-            ]
         # Settled once every try has ended, one has failed, or ``enough`` holds: told by
-        # the tries' own callbacks and, at the round's bound (the same for every try: one
-        # deadline for them all, not a timeout scope in each), by a timer.
+        # each try as it ends (in its own last step, so that the calling task runs in the
+        # loop's next pass, not one pass later as a done-callback would make it) and, at
+        # the round's bound (the same for every try: one deadline for them all, not a
+        # timeout scope in each), by a timer.
         loop = asyncio.get_running_loop()
         settled: asyncio.Future[None] = loop.create_future()
+        counts = [0, 0]  # tries ended with their member taken, and without
 
-        def on_done(_: object) -> None:
+        def ended(*, taken: bool | None) -> None:
+            """A try has ended: taken, not taken, or None when it raised."""
             if settled.done():
                 return
-            ended = [t for t in tries if t.done()]
-            count = sum(1 for t in ended if took(t))
-            if (
-                len(ended) == len(tries)
-                or any(not t.cancelled() and t.exception() is not None for t in ended)
-                or enough(count, len(ended) - count)
-            ):
+            if taken is None:
+                settled.set_result(None)
+                return
+            counts[not taken] += 1
+            if sum(counts) == len(members) or enough(*counts):
                 settled.set_result(None)
 
-        for tried in tries:
-            tried.add_done_callback(on_done)
-        timer = None if bound is None else loop.call_later(bound, _settle, settled)
+        async def attempt(member: LockHandle) -> bool:
+            try:
+                result = await self._take(member, wait, lease, timed=timed)
+            except BaseException:  # a cancel too: the round is settled, whoever sent it
+                ended(taken=None)
+                raise
+            ended(taken=result)
+            return result
+
+        with asking_for(task):
+            tries = [asyncio.create_task(attempt(member)) for member in members]
+        timer = None if bound is None else loop.call_later(bound, settle, settled)
         cancelled: asyncio.CancelledError | None = None
         try:
             await settled
@@ -479,9 +475,3 @@ class MultiLock(Composite):
 
     def __init__(self, *locks: LockHandle) -> None:
         super().__init__("MultiLock", locks)
-
-
-def _settle(settled: asyncio.Future[None]) -> None:
-    """A round's bound is up: it is settled with the tries that have ended."""
-    if not settled.done():
-        settled.set_result(None)

@@ -33,11 +33,14 @@ class RedLock(Composite):
     The Redlock algorithm: the calling task tries each member within the time left; the
     RedLock is held once a majority (n // 2 + 1) is, provided that, with an explicit lease,
     the time taken plus a clock-drift allowance (1 % of the lease + 2 ms) is shorter than
-    the lease. A member whose server fails, or does not answer within its share of the time
-    left (of the wait and of the validity, split evenly among the members still to try;
-    1.5 s in the first round when neither bounds it), counts as one not taken: its call is
-    cancelled, and whatever it took is undone once the server answers. Otherwise every
-    member taken is given back and, within ``wait``, it tries again. The queries ask the
+    the lease. Every member is tried at once; if fewer than a majority were free, the
+    members not free are waited for one after another in a fixed order (as a MultiLock
+    does, so that two tasks never wait for each other's members in a circle), each for
+    its share of the time left (of the wait and of the validity, split evenly among the
+    members; 1.5 s when neither bounds it). A member whose server fails, or does not
+    answer within its share, counts as one not taken: its call is cancelled, and whatever
+    it took is undone once the server answers. Without a majority, every member taken is
+    given back and, within ``wait``, it tries again. The queries ask the
     members at once and count one that fails or does not answer within 1.5 s as not held
     (the RedLock is held while a majority answers held, which returns as soon as it
     does); an unlock waits 1.5 s at most for a member, whose release then finishes in the
@@ -58,14 +61,17 @@ class RedLock(Composite):
         # Each member gets an equal share of the time left (of the wait and of the
         # validity, whichever is shorter), so that one busy, slow or hung server does not
         # eat the time the others need: the Redlock algorithm's per-server timeout. The
-        # first round waits for nobody: a majority free is taken at once, whoever holds
-        # the rest; later rounds let each member wait for its lock for its share.
+        # tries at once wait for nobody: a majority free is taken at once, whoever holds
+        # the rest; then each member in turn waits for its lock for its share.
         limits = [time / left.members for time in (left.wait, left.valid) if time is not None]
         share = min(limits) if limits else None
         if share is None:
             # Neither a wait nor a lease: no time runs out, but a hung server must not
-            # hold up the first round for long (Redisson's RedLock allows 1.5 s a member).
-            return (0.0, UNBOUNDED_CALL) if first else (None, None)
+            # hold the round up for good, nor a member held long keep the others from
+            # being tried: Redisson's RedLock allows 1.5 s a member, as here.
+            if first:
+                return 0.0, UNBOUNDED_CALL
+            share = UNBOUNDED_CALL
         wait = 0.0 if first else share
         # Beyond its own wait, a member's round trip gets the rest of its share, and at
         # least the minimum any call needs.

@@ -37,11 +37,12 @@ log = logging.getLogger("aiolock")
 
 T = TypeVar("T")
 
-# A RedLock member's call in the first round when neither a wait nor a lease bounds it.
+# A RedLock member's call (its try at once, and its wait in turn) when neither a wait nor
+# a lease bounds it.
 UNBOUNDED_CALL = 1.5
 # How long a query (is_locked() and the like) waits for the members' answers, and an
 # unlock for each member's (seconds): a frozen server costs that, not its connection's
-# timeout. As long as the first round's call: an answer comes in milliseconds.
+# timeout. As long as a try's call when nothing bounds it: an answer comes in milliseconds.
 QUERY_CALL = UNBOUNDED_CALL
 
 

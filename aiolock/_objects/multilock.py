@@ -157,16 +157,8 @@ class Composite(Acquirable):
         the quorum can still be reached, and stops once it is.
         """
         members, quorum = self._members, self._quorum
-        allowed = len(members) - quorum
         left = self._left(deadline, budget, started)
-        done = await self._at_once(
-            members,
-            left,
-            lease,
-            first=True,
-            timed=timed,
-            enough=lambda taken, failed: 0 < allowed < failed,
-        )
+        done = await self._at_once(left, lease, timed=timed)
         if len(done) >= quorum or left.wait == 0:
             return done
         # The members taken before the first one not free are kept; those after it are
@@ -181,40 +173,33 @@ class Composite(Acquirable):
                 if len(taken) >= quorum or len(taken) + len(members) - index < quorum:
                     break
                 member = members[index]
-                wait, bound = self._call_of(self._left(deadline, budget, started), first=False)
+                wait, bound = self._call_of(self._left(deadline, budget, started), at_once=False)
                 if await within(bound, self._take(member, wait, lease, timed=timed)):
                     taken.append(member)
-                elif not allowed:
+                elif quorum == len(members):
                     break  # a MultiLock needs every member
         except BaseException:
             await give_back(taken)
             raise
         return taken
 
-    async def _at_once(
-        self,
-        members: list[LockHandle],
-        left: Left,
-        lease: float | None,
-        *,
-        first: bool,
-        timed: bool,
-        enough: Callable[[int, int], bool],
-    ) -> list[LockHandle]:
-        """Take ``members`` at once for the calling task: those taken, in their order.
+    async def _at_once(self, left: Left, lease: float | None, *, timed: bool) -> list[LockHandle]:
+        """Try every member at once for the calling task, waiting for none: those taken.
 
         Each in a task of its own that takes it for the calling task (``asking_for``).
 
-        The tries still under way once ``enough(taken, failed)`` holds are cancelled:
-        their engines undo what they took. On a member's error or an outer cancel, every
-        try is cancelled and waited for, every member taken is given back, and the error
-        (the cancel first) is raised.
+        The tries still under way once the quorum is out of reach (more members not taken
+        than a RedLock allows) are cancelled: their engines undo what they took. On a
+        member's error or an outer cancel, every try is cancelled and waited for, every
+        member taken is given back, and the error (the cancel first) is raised.
         """
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
-        wait, bound = self._call_of(left, first=first)
-        # Settled once every try has ended, one has failed, or ``enough`` holds: told by
+        members = self._members
+        allowed = len(members) - self._quorum  # members not taken a RedLock can do without
+        wait, bound = self._call_of(left, at_once=True)
+        # Settled once every try has ended, one has failed, or the quorum is lost: told by
         # each try as it ends (in its own last step, so that the calling task runs in the
         # loop's next pass, not one pass later as a done-callback would make it) and, at
         # the round's bound (the same for every try: one deadline for them all, not a
@@ -227,11 +212,9 @@ class Composite(Acquirable):
             """A try has ended: taken, not taken, or None when it raised."""
             if settled.done():
                 return
-            if taken is None:
-                settled.set_result(None)
-                return
-            counts[not taken] += 1
-            if sum(counts) == len(members) or enough(*counts):
+            if taken is not None:
+                counts[not taken] += 1
+            if taken is None or sum(counts) == len(members) or 0 < allowed < counts[1]:
                 settled.set_result(None)
 
         async def attempt(member: LockHandle) -> bool:
@@ -276,11 +259,11 @@ class Composite(Acquirable):
             raise cancelled if cancelled is not None else error  # type: ignore[misc]
         return taken
 
-    def _call_of(self, left: Left, *, first: bool) -> tuple[float | None, float | None]:
+    def _call_of(self, left: Left, *, at_once: bool) -> tuple[float | None, float | None]:
         """A member's call in a round with the time ``left``: (its wait, its bound).
 
-        The wait is how long the member waits for its lock (``first``: a MultiLock's try
-        of every member at once, which waits for no lock; else as long as the wait has
+        The wait is how long the member waits for its lock (``at_once``: the try of every
+        member at once, which waits for no lock; else, in turn, as long as the wait has
         left). The bound is how long the call as a whole may last, round trips included
         (None: no bound): shortly after the wait, or when the validity runs out, so that
         a hung server cannot hold the MultiLock past either. A call cut off counts as not
@@ -290,7 +273,7 @@ class Composite(Acquirable):
         if left.valid is not None:
             valid = max(left.valid, MIN_CALL)
             bound = valid if bound is None else min(bound, valid)
-        return (0.0 if first else left.wait), bound
+        return (0.0 if at_once else left.wait), bound
 
     async def _take(
         self, member: LockHandle, wait: float | None, lease: float | None, *, timed: bool

@@ -57,7 +57,7 @@ class RedLock(Composite):
     def _quorum_of(count: int) -> int:
         return count // 2 + 1
 
-    def _call_of(self, left: Left, *, first: bool) -> tuple[float | None, float | None]:
+    def _call_of(self, left: Left, *, at_once: bool) -> tuple[float | None, float | None]:
         # Each member gets an equal share of the time left (of the wait and of the
         # validity, whichever is shorter), so that one busy, slow or hung server does not
         # eat the time the others need: the Redlock algorithm's per-server timeout. The
@@ -69,10 +69,10 @@ class RedLock(Composite):
             # Neither a wait nor a lease: no time runs out, but a hung server must not
             # hold the round up for good, nor a member held long keep the others from
             # being tried: Redisson's RedLock allows 1.5 s a member, as here.
-            if first:
+            if at_once:
                 return 0.0, UNBOUNDED_CALL
             share = UNBOUNDED_CALL
-        wait = 0.0 if first else share
+        wait = 0.0 if at_once else share
         # Beyond its own wait, a member's round trip gets the rest of its share, and at
         # least the minimum any call needs.
         return wait, wait + max(share - wait, MIN_CALL)

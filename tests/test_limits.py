@@ -277,7 +277,11 @@ def test_counts_are_refused_or_stored_whole(redis_url: str, first: int, second: 
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("lease", ["100000000000000000000", "1e3", "0", "-5", "x", ""])
+# Each one Redis refuses as a time ("0100": a leading zero, which Lua would read as 100),
+# and one past aiolock's cap that Redis would take.
+@pytest.mark.parametrize(
+    "lease", ["100000000000000000000", "1000000000001", "1e3", "0", "0100", "-5", "x", ""]
+)
 async def test_a_script_refuses_a_bad_lease_before_it_writes(
     raw: Redis, name: str, lease: str
 ) -> None:
@@ -287,8 +291,24 @@ async def test_a_script_refuses_a_bad_lease_before_it_writes(
     with pytest.raises(ResponseError, match="aiolock: a time of"):
         await raw.eval(acquire, 2, name, f"{name}:tomb", lease, "holder:1", "1")
     assert await raw.exists(name) == 0
+    # The largest time it takes is a lease like any other.
+    await raw.eval(acquire, 2, name, f"{name}:tomb", "1000000000000", "holder:1", "1")
+    assert await raw.pttl(name) > 999_000_000_000
+    await raw.delete(name)
+
+
+@pytest.mark.parametrize("count", ["2" * 20, "9223372036854775808", "007", "-1", "1.5", ""])
+async def test_a_script_refuses_a_bad_count_before_it_writes(
+    raw: Redis, name: str, count: str
+) -> None:
+    """A count Redis cannot store, or stores as a string it then cannot count with
+    ("007"), is refused before anything is written."""
     try_set = load_script("semaphore_try_set").text
     keys = (name, f"{name}:channel", f"{name}:latch")
     with pytest.raises(ResponseError, match="aiolock: a count of"):
-        await raw.eval(try_set, 3, *keys, "2" * 20, "PUBLISH", "1000")
+        await raw.eval(try_set, 3, *keys, count, "PUBLISH", "1000")
     assert await raw.exists(name) == 0
+    # The largest count it takes is stored whole.
+    assert await raw.eval(try_set, 3, *keys, "9223372036854775807", "PUBLISH", "1000")
+    assert await raw.get(name) == "9223372036854775807"
+    await raw.delete(name, f"{name}:latch")

@@ -179,6 +179,9 @@ class LogCounter(logging.Handler):
         return "; ".join(f"{n:,}x {msg[:140]}" for msg, n in top)
 
 
+_SCRIPT_STATS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro")
+
+
 class CommandStats:
     """Snapshots of the server's command counters and CPU time, read with a sync client."""
 
@@ -199,6 +202,19 @@ class CommandStats:
             used = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
             snap["_cpu"] = snap.get("_cpu", 0.0) + used
         return snap
+
+    def script_us(self) -> float:
+        """Microseconds the server has spent running scripts (``INFO commandstats``).
+
+        A script's own time, the commands it calls included (which commandstats also counts
+        under their own names, so those are not added): not reading the call, writing its
+        reply or the event loop around it, which ``"_cpu"`` includes.
+        """
+        total = 0.0
+        for client in self._clients:
+            stats: Mapping[str, Any] = client.info("commandstats")
+            total += sum(float(stats[key]["usec"]) for key in _SCRIPT_STATS if key in stats)
+        return total
 
     @staticmethod
     def delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

@@ -12,12 +12,14 @@ depend on how many cores there are, is the work per operation and where it lands
   ``time.process_time()``) over the window, divided by lock+unlock pairs; 1 primary
   against 3, in the same round.
 - **server CPU per pair**: ``used_cpu_user + used_cpu_sys`` deltas summed over the
-  primaries, divided by pairs. A primary's idle work (its cron, the cluster bus) is measured
-  once per cluster over an idle second and reported beside it.
+  primaries, divided by pairs, and of it the time spent running scripts (``INFO
+  commandstats``). A primary's idle work (its cron, the cluster bus) is measured once per
+  cluster over an idle second and reported beside it.
 
-1 primary and 3 primaries run alternately in short rounds (the first of each round
-rotating), so the host's drifting load falls on both; each figure is a median over the
-rounds with its min-max, and the 3/1 ratios are taken per round.
+Within a round every configuration keeps its client open and they take turns in slices of
+0.2 s (the first rotating), so the host's drifting speed falls on all of them alike; each
+figure is a median over the rounds with its min-max, and the ratios are taken per round.
+Pinned (``--pin``), the primaries move to a core of their own for this part (``_placed``).
 
 Why per-pair CPU can differ: the client writes whatever its tasks sent during one event loop
 tick in one write per connection, and the server reads and answers a batch at a time. The
@@ -67,6 +69,8 @@ SCALE_NAMES = 1_000
 SHARE_BOUND_PCT = 10.0  # each primary within 10 % of its even share
 CLIENT_CPU_BOUND = 1.1  # client CPU per pair, 3 primaries / 1
 IDLE_S = 1.0
+#: How long one configuration runs before the next takes its turn (seconds).
+SLICE_S = 0.2
 #: Primaries of the projection table.
 PROJECT_N = (1, 3, 6, 12, 24)
 
@@ -89,12 +93,9 @@ async def run_scaleout(
     with _placed([url for _, urls in clusters.values() for url in urls]) as placement:
         idle = {k: _idle_cpu_per_s(urls) for k, (_, urls) in clusters.items()}
         for index in range(rounds):
-            shift = index % len(keys)
-            for key in keys[shift:] + keys[:shift]:
-                primaries, tasks = CONFIGS[key]
-                seed, urls = clusters[str(primaries)]
-                tag = f"bench:{run_id}:scale:{key}:{index}"
-                rows[key].append(await _round(seed, urls, tag, seconds, tasks))
+            tag = f"bench:{run_id}:scale:{index}"
+            for key, row in (await _round(clusters, tag, seconds, index)).items():
+                rows[key].append(row)
             print(
                 f"  round {index + 1}/{rounds}: "
                 + "; ".join(_brief(key, rows[key][-1]) for key in keys),
@@ -172,67 +173,133 @@ def _cpu() -> tuple[float, float]:
     return usage.ru_utime, usage.ru_stime
 
 
-def _reads(infos: Sequence[redis.Redis]) -> float:
-    """Reads from clients the primaries processed (each read takes one batch of commands)."""
-    return sum(float(i.info("stats")["total_reads_processed"]) for i in infos)
+class _Window:
+    """What one configuration did over its slices of a round: summed, then per pair."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        # One connection per primary: shares need them apart.
+        self.infos = [redis.Redis.from_url(url, decode_responses=True) for url in urls]
+        self.pairs = 0
+        self.seconds = 0.0
+        self.client = [0.0, 0.0]  # user, system
+        self.round_trips = 0
+        self.server_cpu = 0.0
+        self.script_us = 0.0
+        self.reads = 0.0
+        self.cmds = [0.0] * len(urls)
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        """Each primary's counters: one INFO each, so each adds one read of its own."""
+        return [info.info("stats", "cpu", "commandstats") for info in self.infos]
+
+    def add(self, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
+        """Add the servers' side of a slice, from its snapshots."""
+        for index, (b, a) in enumerate(zip(before, after, strict=True)):
+            self.server_cpu += _used(a) - _used(b)
+            self.script_us += sum(
+                float(a[key]["usec"]) - float(b.get(key, {}).get("usec", 0))
+                for key in _SCRIPTS
+                if key in a
+            )
+            # The second INFO's own read is counted in its reply; the first's is not.
+            self.reads += float(a["total_reads_processed"]) - float(b["total_reads_processed"]) - 1
+            self.cmds[index] += sum(
+                float(value["calls"]) - float(b.get(key, {}).get("calls", 0))
+                for key, value in a.items()
+                if key.startswith("cmdstat_") and key != "cmdstat_info"
+            )
+
+    def row(self) -> dict[str, Any]:
+        ops = max(1, self.pairs)
+        total = sum(self.cmds) or 1.0
+        return {
+            "pairs": self.pairs,
+            "pairs_per_s": self.pairs / self.seconds,
+            "client_cpu_us": 1e6 * sum(self.client) / ops,
+            "client_user_us": 1e6 * self.client[0] / ops,
+            "client_sys_us": 1e6 * self.client[1] / ops,
+            "server_reads": self.reads / ops,
+            "server_cpu_us": 1e6 * self.server_cpu / ops,
+            "server_script_us": self.script_us / ops,
+            "server_cmds": total / ops,
+            "round_trips": self.round_trips / ops,
+            "shares": [c / total for c in self.cmds],
+            "window_s": self.seconds,
+        }
+
+    def close(self) -> None:
+        for info in self.infos:
+            info.close()
+
+
+_SCRIPTS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro")
+
+
+def _used(info: Mapping[str, Any]) -> float:
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def _round(
-    seed: str, urls: Sequence[str], tag: str, seconds: float, tasks: int
-) -> dict[str, Any]:
-    names = [f"{tag}:{i}" for i in range(SCALE_NAMES)]
-    stats = [CommandStats(url) for url in urls]  # one per primary: shares need them apart
-    infos = [redis.Redis.from_url(url, decode_responses=True) for url in urls]
-    try:
-        async with aiolock.Client.from_url(seed, cluster=True) as client:
-            # Warm, outside the window: the slot map, a connection per primary, every name's
-            # slot cached and its scripts loaded.
-            await _drive(client, names, time.perf_counter() + 60.0, tasks, passes=1)
-            befores = [s.snapshot() for s in stats]
-            script_us0 = sum(s.script_us() for s in stats)
-            reads0 = _reads(infos)
-            cpu0, rt0, t0 = _cpu(), RoundTrips.count, time.perf_counter()
-            pairs = await _drive(client, names, t0 + seconds, tasks, passes=None)
-            t1, rt1, cpu1 = time.perf_counter(), RoundTrips.count, _cpu()
-            reads1 = _reads(infos)
-            script_us1 = sum(s.script_us() for s in stats)
-            afters = [s.snapshot() for s in stats]
-    finally:
-        for s in stats:
-            s.close()
-        for i in infos:
-            i.close()
-    # The INFO reads between the snapshots: one per primary, taken before the second.
-    reads = reads1 - reads0 - len(infos)
-    deltas = [CommandStats.delta(b, a) for b, a in zip(befores, afters, strict=True)]
-    cpus = [d.pop("_cpu", 0.0) for d in deltas]
-    cmds = [sum(d.values()) for d in deltas]
-    total = sum(cmds) or 1.0
-    ops = max(1, pairs)
-    return {
-        "pairs": pairs,
-        "pairs_per_s": pairs / (t1 - t0),
-        "client_cpu_us": 1e6 * (sum(cpu1) - sum(cpu0)) / ops,
-        "client_user_us": 1e6 * (cpu1[0] - cpu0[0]) / ops,
-        "client_sys_us": 1e6 * (cpu1[1] - cpu0[1]) / ops,
-        "server_reads": reads / ops,
-        "server_cpu_us": 1e6 * sum(cpus) / ops,
-        "server_script_us": (script_us1 - script_us0) / ops,
-        "server_cmds": total / ops,
-        "round_trips": (rt1 - rt0) / ops,
-        "shares": [c / total for c in cmds],
-        "window_s": t1 - t0,
-    }
+    clusters: Mapping[str, Cluster], tag: str, seconds: float, index: int
+) -> dict[str, dict[str, Any]]:
+    """One round: each configuration for ``seconds``, in slices of ``SLICE_S`` taking turns.
+
+    Each configuration keeps its client open over the round, so the slices take turns
+    within fractions of a second: a drift in the host's speed (the largest noise here)
+    falls on all of them alike, where whole windows one after another took it apart.
+    """
+    keys = list(CONFIGS)
+    windows: dict[str, _Window] = {}
+    async with contextlib.AsyncExitStack() as stack:
+        clients: dict[str, Any] = {}
+        names: dict[str, list[str]] = {}
+        for key in keys:
+            primaries, tasks = CONFIGS[key]
+            seed, urls = clusters[str(primaries)]
+            windows[key] = _Window(urls)
+            stack.callback(windows[key].close)
+            clients[key] = await stack.enter_async_context(
+                aiolock.Client.from_url(seed, cluster=True)
+            )
+            names[key] = [f"{tag}:{key}:{i}" for i in range(SCALE_NAMES)]
+            # Warm, outside the slices: the slot map, a connection per primary, every
+            # name's slot cached and its scripts loaded.
+            await _drive(clients[key], names[key], time.perf_counter() + 60.0, tasks, passes=1)
+        cursors = dict.fromkeys(keys, 0)
+        for turn in range(max(1, round(seconds / SLICE_S))):
+            shift = (index + turn) % len(keys)
+            for key in keys[shift:] + keys[:shift]:
+                window, tasks = windows[key], CONFIGS[key][1]
+                before = window.snapshot()
+                cpu0, rt0, t0 = _cpu(), RoundTrips.count, time.perf_counter()
+                pairs = await _drive(
+                    clients[key], names[key], t0 + SLICE_S, tasks, None, start=cursors[key]
+                )
+                t1, rt1, cpu1 = time.perf_counter(), RoundTrips.count, _cpu()
+                window.add(before, window.snapshot())
+                cursors[key] = (cursors[key] + pairs) % SCALE_NAMES
+                window.pairs += pairs
+                window.seconds += t1 - t0
+                window.round_trips += rt1 - rt0
+                window.client[0] += cpu1[0] - cpu0[0]
+                window.client[1] += cpu1[1] - cpu0[1]
+    return {key: window.row() for key, window in windows.items()}
 
 
 async def _drive(
-    client: Any, names: Sequence[str], stop: float, tasks: int, passes: int | None
+    client: Any,
+    names: Sequence[str],
+    stop: float,
+    tasks: int,
+    passes: int | None,
+    *,
+    start: int = 0,
 ) -> int:
     """``tasks`` tasks lock and unlock ``names`` in turn; pairs done.
 
-    Task ``i`` takes names ``i``, ``i + tasks``, ... so concurrent tasks hold different
-    names (uncontended) and every name is used equally. ``passes=1`` goes over the names
-    once (the warm-up); else until ``stop``.
+    Task ``i`` takes names ``start + i``, ``start + i + tasks``, ... so concurrent tasks
+    hold different names (uncontended) and, from slice to slice, every name is used
+    equally. ``passes=1`` goes over the names once (the warm-up); else until ``stop``.
     """
     done = 0
     limit = len(names) if passes == 1 else 1_000_000  # bounded, as every load loop
@@ -248,7 +315,7 @@ async def _drive(
             done += 1
             index += tasks
 
-    await asyncio.gather(*(work(index) for index in range(tasks)))
+    await asyncio.gather(*(work(start + index) for index in range(tasks)))
     return done
 
 

@@ -19,11 +19,13 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from redis.crc import key_slot
+
 from tests.topologies import ClusterHandle, redis_cluster  # the test tree's helpers, from the root
 
 from ._adapters import ADAPTERS
 from ._cases import Job, Scenario, measure
-from ._scaleout import run_scaleout, scaleout_markdown
+from ._scaleout import SCALE_NAMES, run_scaleout, scaleout_markdown
 
 __all__ = ("CLUSTER_SCENARIOS", "cluster_markdown", "run_cluster")
 
@@ -77,9 +79,26 @@ def run_cluster(
                         rounds=max(5, reps + 1),
                         seconds=max(1.0, 2 * duration),
                         run_id=run_id,
+                        on_first=_names_on_first(three, f"bench:{run_id}:scale:on-first"),
                     )
                 )
     return out
+
+
+def _names_on_first(cluster: ClusterHandle, prefix: str) -> list[str]:
+    """``SCALE_NAMES`` names whose slots the cluster's first primary serves."""
+    slots = cluster.slots()
+    first = min(port for _, _, port in slots)
+    ranges = [(low, high) for low, high, port in slots if port == first]
+    names: list[str] = []
+    for index in range(100 * SCALE_NAMES):  # bounded: about a third of them qualify
+        name = f"{prefix}:{index}"
+        slot = key_slot(name.encode())
+        if any(low <= slot <= high for low, high in ranges):
+            names.append(name)
+            if len(names) == SCALE_NAMES:
+                return names
+    raise RuntimeError("too few names on the first primary")
 
 
 def _primary_urls(cluster: ClusterHandle) -> tuple[str, ...]:

@@ -55,16 +55,21 @@ from ._instrument import CommandStats, RoundTrips
 __all__ = ("SCALE_NAMES", "SCALE_TASKS", "projection", "run_scaleout", "scale_targets")
 
 SCALE_TASKS = 64
+ONE_SERVING = "3on1"
 #: The configurations of a round: (primaries, tasks).
 CONFIGS = {
     "1": (1, SCALE_TASKS),
     "3": (3, SCALE_TASKS),
     "1x3": (1, 3 * SCALE_TASKS),
     "3x3": (3, 3 * SCALE_TASKS),
+    # 3 primaries, every name on the first: the others idle. Its server work per pair
+    # against 1 primary's tells the cluster's own cost from three busy primaries sharing
+    # one core (the same batches as 1 primary with 64 tasks, on the same core).
+    ONE_SERVING: (3, SCALE_TASKS),
 }
 #: Ratios taken per round, (configuration, over configuration), in the table's order: each
 #: configuration after the first, over the one it differs from in one respect.
-RATIOS = (("3", "1"), ("1x3", "1"), ("3x3", "1x3"))
+RATIOS = (("3", "1"), ("1x3", "1"), ("3x3", "1x3"), (ONE_SERVING, "1"))
 SCALE_NAMES = 1_000
 SHARE_BOUND_PCT = 10.0  # each primary within 10 % of its even share
 CLIENT_CPU_BOUND = 1.1  # client CPU per pair, 3 primaries / 1
@@ -78,9 +83,18 @@ Cluster = tuple[str, tuple[str, ...]]  # (seed url, every primary's url)
 
 
 async def run_scaleout(
-    one: Cluster, three: Cluster, rounds: int, seconds: float, run_id: str
+    one: Cluster,
+    three: Cluster,
+    *,
+    rounds: int,
+    seconds: float,
+    run_id: str,
+    on_first: Sequence[str],
 ) -> dict[str, Any]:
-    """Alternate rounds on the 1- and 3-primary clusters; the figures with their spreads."""
+    """Alternate rounds on the 1- and 3-primary clusters; the figures with their spreads.
+
+    ``on_first``: ``SCALE_NAMES`` names the 3-primary cluster's first primary serves.
+    """
     RoundTrips.install()
     print(
         f"== cluster scale-out: {SCALE_TASKS} tasks over {SCALE_NAMES:,} names, "
@@ -94,7 +108,7 @@ async def run_scaleout(
         idle = {k: _idle_cpu_per_s(urls) for k, (_, urls) in clusters.items()}
         for index in range(rounds):
             tag = f"bench:{run_id}:scale:{index}"
-            for key, row in (await _round(clusters, tag, seconds, index)).items():
+            for key, row in (await _round(clusters, tag, seconds, index, on_first)).items():
                 rows[key].append(row)
             print(
                 f"  round {index + 1}/{rounds}: "
@@ -147,9 +161,8 @@ def _placed(urls: Sequence[str]) -> Iterator[dict[str, int] | None]:
 
 
 def _brief(key: str, row: Mapping[str, Any]) -> str:
-    primaries, tasks = CONFIGS[key]
     return (
-        f"{primaries}p/{tasks}t {row['pairs_per_s']:,.0f} pairs/s, client "
+        f"{_label(key)} {row['pairs_per_s']:,.0f} pairs/s, client "
         f"{row['client_cpu_us']:.1f} µs/pair, server {row['server_cpu_us']:.1f} µs/pair, "
         f"shares " + "/".join(f"{100 * s:.1f}" for s in row["shares"]) + " %"
     )
@@ -240,7 +253,11 @@ def _used(info: Mapping[str, Any]) -> float:
 
 
 async def _round(
-    clusters: Mapping[str, Cluster], tag: str, seconds: float, index: int
+    clusters: Mapping[str, Cluster],
+    tag: str,
+    seconds: float,
+    index: int,
+    on_first: Sequence[str],
 ) -> dict[str, dict[str, Any]]:
     """One round: each configuration for ``seconds``, in slices of ``SLICE_S`` taking turns.
 
@@ -261,7 +278,11 @@ async def _round(
             clients[key] = await stack.enter_async_context(
                 aiolock.Client.from_url(seed, cluster=True)
             )
-            names[key] = [f"{tag}:{key}:{i}" for i in range(SCALE_NAMES)]
+            names[key] = (
+                list(on_first)
+                if key == ONE_SERVING
+                else [f"{tag}:{key}:{i}" for i in range(SCALE_NAMES)]
+            )
             # Warm, outside the slices: the slot map, a connection per primary, every
             # name's slot cached and its scripts loaded.
             await _drive(clients[key], names[key], time.perf_counter() + 60.0, tasks, passes=1)
@@ -437,12 +458,25 @@ def scale_targets(scale: Mapping[str, Any] | None) -> list[dict[str, Any]]:
             scale["server_script_us_per_pair_ratio_3_over_1"],
             None,
         ),
+        row(
+            "cluster: server CPU per pair, 3 primaries with every name on one ÷ 1",
+            "(reported)",
+            scale[f"server_cpu_us_per_pair_ratio_{ONE_SERVING}_over_1"],
+            None,
+        ),
+        row(
+            "cluster: server time running scripts per pair, 3 primaries with every name on one ÷ 1",
+            "(reported)",
+            scale[f"server_script_us_per_pair_ratio_{ONE_SERVING}_over_1"],
+            None,
+        ),
     ]
 
 
 def _label(config: str) -> str:
     primaries, tasks = CONFIGS[config]
-    return f"{primaries}p/{tasks}t"
+    serving = " (1 serving)" if config == ONE_SERVING else ""
+    return f"{primaries}p/{tasks}t{serving}"
 
 
 def _placement(scale: Mapping[str, Any]) -> str:

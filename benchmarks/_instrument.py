@@ -34,6 +34,7 @@ __all__ = (
     "LogCounter",
     "RoundTrips",
     "environment",
+    "script_us",
     "server_info",
 )
 
@@ -182,6 +183,16 @@ class LogCounter(logging.Handler):
 _SCRIPT_STATS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro")
 
 
+def script_us(commandstats: Mapping[str, Any]) -> float:
+    """Microseconds spent running scripts, from one server's ``INFO commandstats``.
+
+    A script's own time, the commands it calls included (which commandstats also counts
+    under their own names, so those are not added): not reading the call, writing its
+    reply or the event loop around it, which the server's CPU time includes.
+    """
+    return sum(float(commandstats[key]["usec"]) for key in _SCRIPT_STATS if key in commandstats)
+
+
 class CommandStats:
     """Snapshots of the server's command counters and CPU time, read with a sync client."""
 
@@ -204,17 +215,8 @@ class CommandStats:
         return snap
 
     def script_us(self) -> float:
-        """Microseconds the server has spent running scripts (``INFO commandstats``).
-
-        A script's own time, the commands it calls included (which commandstats also counts
-        under their own names, so those are not added): not reading the call, writing its
-        reply or the event loop around it, which ``"_cpu"`` includes.
-        """
-        total = 0.0
-        for client in self._clients:
-            stats: Mapping[str, Any] = client.info("commandstats")
-            total += sum(float(stats[key]["usec"]) for key in _SCRIPT_STATS if key in stats)
-        return total
+        """Microseconds the servers have spent running scripts so far (``script_us``)."""
+        return sum(script_us(client.info("commandstats")) for client in self._clients)
 
     @staticmethod
     def delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:

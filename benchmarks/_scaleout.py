@@ -50,7 +50,7 @@ import redis
 
 import aiolock
 
-from ._instrument import CommandStats, RoundTrips
+from ._instrument import CommandStats, RoundTrips, script_us
 
 __all__ = ("SCALE_NAMES", "SCALE_TASKS", "projection", "run_scaleout", "scale_targets")
 
@@ -197,7 +197,7 @@ class _Window:
         self.client = [0.0, 0.0]  # user, system
         self.round_trips = 0
         self.server_cpu = 0.0
-        self.script_us = 0.0
+        self.script_time = 0.0  # µs
         self.reads = 0.0
         self.cmds = [0.0] * len(urls)
 
@@ -209,11 +209,7 @@ class _Window:
         """Add the servers' side of a slice, from its snapshots."""
         for index, (b, a) in enumerate(zip(before, after, strict=True)):
             self.server_cpu += _used(a) - _used(b)
-            self.script_us += sum(
-                float(a[key]["usec"]) - float(b.get(key, {}).get("usec", 0))
-                for key in _SCRIPTS
-                if key in a
-            )
+            self.script_time += script_us(a) - script_us(b)
             # The second INFO's own read is counted in its reply; the first's is not.
             self.reads += float(a["total_reads_processed"]) - float(b["total_reads_processed"]) - 1
             self.cmds[index] += sum(
@@ -233,7 +229,7 @@ class _Window:
             "client_sys_us": 1e6 * self.client[1] / ops,
             "server_reads": self.reads / ops,
             "server_cpu_us": 1e6 * self.server_cpu / ops,
-            "server_script_us": self.script_us / ops,
+            "server_script_us": self.script_time / ops,
             "server_cmds": total / ops,
             "round_trips": self.round_trips / ops,
             "shares": [c / total for c in self.cmds],
@@ -243,9 +239,6 @@ class _Window:
     def close(self) -> None:
         for info in self.infos:
             info.close()
-
-
-_SCRIPTS = ("cmdstat_evalsha", "cmdstat_eval", "cmdstat_evalsha_ro", "cmdstat_eval_ro")
 
 
 def _used(info: Mapping[str, Any]) -> float:

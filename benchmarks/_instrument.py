@@ -33,6 +33,7 @@ __all__ = (
     "CommandStats",
     "LogCounter",
     "RoundTrips",
+    "counters",
     "environment",
     "script_us",
     "server_info",
@@ -193,6 +194,21 @@ def script_us(commandstats: Mapping[str, Any]) -> float:
     return sum(float(commandstats[key]["usec"]) for key in _SCRIPT_STATS if key in commandstats)
 
 
+def counters(info: Mapping[str, Any]) -> dict[str, float]:
+    """``{command: calls}`` plus ``"_cpu"`` (user+sys CPU seconds) from one server's INFO.
+
+    ``info`` holds at least its ``commandstats`` and ``cpu`` sections; INFO's own calls are
+    left out.
+    """
+    out = {
+        key.removeprefix("cmdstat_"): float(value["calls"])
+        for key, value in info.items()
+        if key.startswith("cmdstat_") and key != "cmdstat_info"
+    }
+    out["_cpu"] = float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+    return out
+
+
 class CommandStats:
     """Snapshots of the server's command counters and CPU time, read with a sync client."""
 
@@ -204,14 +220,9 @@ class CommandStats:
         """``{command: calls}`` plus ``"_cpu"`` (server user+sys CPU seconds)."""
         snap: dict[str, float] = {}
         for client in self._clients:
-            stats: Mapping[str, Any] = client.info("commandstats")
-            cpu: Mapping[str, Any] = client.info("cpu")
-            for key, value in stats.items():
-                command = key.removeprefix("cmdstat_")
-                if command != "info":
-                    snap[command] = snap.get(command, 0.0) + float(value["calls"])
-            used = float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
-            snap["_cpu"] = snap.get("_cpu", 0.0) + used
+            info = {**client.info("commandstats"), **client.info("cpu")}
+            for key, value in counters(info).items():
+                snap[key] = snap.get(key, 0.0) + value
         return snap
 
     def script_us(self) -> float:

@@ -50,7 +50,7 @@ import redis
 
 import aiolock
 
-from ._instrument import CommandStats, RoundTrips, script_us
+from ._instrument import CommandStats, RoundTrips, counters, script_us, server_info
 
 __all__ = ("SCALE_NAMES", "SCALE_TASKS", "projection", "run_scaleout", "scale_targets")
 
@@ -135,13 +135,7 @@ def _placed(urls: Sequence[str]) -> Iterator[dict[str, int] | None]:
     if len(mine) != 1 or not others:
         yield None
         return
-    pids = []
-    for url in urls:
-        info = redis.Redis.from_url(url, decode_responses=True)
-        try:
-            pids.append(int(info.info("server")["process_id"]))
-        finally:
-            info.close()
+    pids = [int(server_info(url)["process_id"]) for url in urls]
     before: dict[int, set[int]] = {}
     try:
         for pid in pids:
@@ -208,15 +202,12 @@ class _Window:
     def add(self, before: list[dict[str, Any]], after: list[dict[str, Any]]) -> None:
         """Add the servers' side of a slice, from its snapshots."""
         for index, (b, a) in enumerate(zip(before, after, strict=True)):
-            self.server_cpu += _used(a) - _used(b)
+            delta = CommandStats.delta(counters(b), counters(a))
+            self.server_cpu += delta.pop("_cpu", 0.0)
+            self.cmds[index] += sum(delta.values())
             self.script_time += script_us(a) - script_us(b)
             # The second INFO's own read is counted in its reply; the first's is not.
             self.reads += float(a["total_reads_processed"]) - float(b["total_reads_processed"]) - 1
-            self.cmds[index] += sum(
-                float(value["calls"]) - float(b.get(key, {}).get("calls", 0))
-                for key, value in a.items()
-                if key.startswith("cmdstat_") and key != "cmdstat_info"
-            )
 
     def row(self) -> dict[str, Any]:
         ops = max(1, self.pairs)
@@ -239,10 +230,6 @@ class _Window:
     def close(self) -> None:
         for info in self.infos:
             info.close()
-
-
-def _used(info: Mapping[str, Any]) -> float:
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 async def _round(

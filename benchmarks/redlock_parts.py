@@ -34,13 +34,11 @@ import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
-import redis
-
 import aiolock
 from aiolock._engine.holders import asking_for
 from aiolock.testing import start_local_server
 
-from ._instrument import CommandStats
+from ._instrument import CommandStats, server_info
 
 LEASE_S = 30.0
 WARM_PAIRS = 50
@@ -186,11 +184,7 @@ def main() -> None:
         urls = [server.url for server in servers]
         if args.pin_cpu is not None:
             for url in urls:
-                info = redis.Redis.from_url(url)
-                try:
-                    os.sched_setaffinity(int(info.info("server")["process_id"]), {args.pin_cpu})
-                finally:
-                    info.close()
+                os.sched_setaffinity(int(server_info(url)["process_id"]), {args.pin_cpu})
             os.sched_setaffinity(0, {args.pin_cpu})
         rows = asyncio.run(run(urls, args.rounds, args.seconds))
     finally:

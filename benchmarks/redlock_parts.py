@@ -6,9 +6,8 @@ task, lock+unlock pairs with an explicit lease (no watchdog), round-robin in sho
 - ``one lock``: one aiolock lock on the first server (a member's cost alone);
 - ``3 locks in turn``: one lock on each server, taken one after another and released
   one after another by the task (three members' cost, no concurrency, no composite);
-- ``3 locks at once``: the same three, each taken and released in a task of its own that
-  acts for the calling task, as the RedLock's members are (three members' cost, plus the
-  tasks);
+- ``3 locks at once``: the same three, taken and released side by side by the calling
+  task, as the RedLock's members are (three members' cost, plus running them at once);
 - ``RedLock``: ``aiolock.RedLock`` over the same three (plus the composite's own logic);
 - ``aioredlock``: aioredlock's lock over the same three servers, when it is installed.
 
@@ -35,7 +34,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiolock
-from aiolock._engine.holders import asking_for
+from aiolock._objects.side_by_side import SideBySide
 from aiolock.testing import start_local_server
 
 from ._instrument import CommandStats, server_info
@@ -48,14 +47,14 @@ Pair = Callable[[], Awaitable[None]]
 
 
 def _at_once(calls: list[Callable[[], Coroutine[Any, Any, Any]]]) -> Pair:
-    """The calls each in a task that acts for the calling task, as a RedLock's members."""
+    """The calls side by side in the calling task, as a RedLock's members."""
 
     async def run() -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        with asking_for(task):
-            tasks = [asyncio.create_task(call()) for call in calls]
-        await asyncio.gather(*tasks)
+        sides = SideBySide(call() for call in calls)
+        await sides.finish()
+        for side in sides.sides:
+            if side.error is not None:
+                raise side.error
 
     return run
 

@@ -137,7 +137,7 @@ class Core:
         if owner is not None:
             return self._ids.owner(owner), None
         if task is not None:
-            return self._ids.of_calling(task)
+            return self._ids.of(task), task
         return self._ids.current()
 
     def request_id(self) -> str:

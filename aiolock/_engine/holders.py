@@ -3,20 +3,18 @@
 Each task gets ``"{client.id}:{n}"`` the first time it touches a lock of the client, with
 ``n`` from a per-client counter. Tasks are looked up through a WeakKeyDictionary: not by
 ``id(task)``, which the interpreter reuses, and not by a ContextVar, which a child task
-would inherit from its parent (except where that is the point: ``asking_for``).
+would inherit from its parent. (A composite lock's member calls run in the calling task
+itself: ``_objects/side_by_side.py``.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import weakref
-from collections.abc import Iterator
-from contextvars import ContextVar
 from typing import Any
 
-__all__ = ("THREAD_OWNER_PREFIX", "HolderIds", "asking_for")
+__all__ = ("THREAD_OWNER_PREFIX", "HolderIds")
 
 #: The ``owner=`` of a thread of ``aiolock.sync`` starts with this (a sync handle refuses
 #: it as a user's ``owner=``).
@@ -24,28 +22,6 @@ __all__ = ("THREAD_OWNER_PREFIX", "HolderIds", "asking_for")
 #: a release may hand it the lock (_handover.py); other ``owner=`` holders may have calls
 #: under way in several tasks, and never are heirs.
 THREAD_OWNER_PREFIX = "aiolock-thread:"
-
-# The task whose holds a helper task asks about or takes: a MultiLock or RedLock asks (and
-# takes) its members at once, each in a task of its own, for the task that called it. A weak
-# reference, so that a task the helper's context reaches (a connection's reader) keeps
-# nothing alive.
-_asking_for: ContextVar[weakref.ref[asyncio.Task[Any]] | None] = ContextVar(
-    "aiolock_asking_for", default=None
-)
-
-
-@contextlib.contextmanager
-def asking_for(task: asyncio.Task[Any]) -> Iterator[None]:
-    """Tasks created in the body ask about, and take, ``task``'s holds.
-
-    A MultiLock or RedLock asks its members at once this way, and takes them at once: the
-    holds taken are ``task``'s (renewed while it lives, released by it).
-    """
-    token = _asking_for.set(weakref.ref(task))
-    try:
-        yield
-    finally:
-        _asking_for.reset(token)
 
 
 class HolderIds:
@@ -64,11 +40,7 @@ class HolderIds:
         self._ids: dict[weakref.ref[asyncio.Task[Any]], str] = {}
 
     def current(self) -> tuple[str, asyncio.Task[Any]]:
-        """The calling task's holder id, and the task (``asking_for``'s where given)."""
-        asked = _asking_for.get()
-        task = asked() if asked is not None else None
-        if task is not None:
-            return self.of(task), task
+        """The calling task's holder id, and the task."""
         try:
             task = asyncio.current_task()
         except RuntimeError:
@@ -80,15 +52,6 @@ class HolderIds:
             ) from None
         if task is None:
             raise RuntimeError("aiolock locks must be used from inside an asyncio task")
-        return self.of(task), task
-
-    def of_calling(self, task: asyncio.Task[Any]) -> tuple[str, asyncio.Task[Any]]:
-        """``current()`` for a call that looked up its task already."""
-        asked = _asking_for.get()
-        if asked is not None:
-            target = asked()
-            if target is not None:
-                return self.of(target), target
         return self.of(task), task
 
     def of(self, task: asyncio.Task[Any]) -> str:

@@ -1,10 +1,10 @@
 """A composite lock's members, asked at once: tries, queries and unlocks.
 
-Each member's call runs in a task of its own that acts for the calling task (a lock
-belongs to the task that took it: ``asking_for``), so that members on servers far apart
-cost one round trip, not one each, and one member's frozen server costs a bound, not its
-connection's timeout. Every task is waited for and every error read, whatever the
-caller's cancel state: nothing is left running behind a call.
+The members' calls run side by side in the calling task (``side_by_side``: a lock
+belongs to the task that took it), so that members on servers far apart cost one round
+trip, not one each, and one member's frozen server costs a bound, not its connection's
+timeout. Every call is run to its end and its outcome read, whatever the caller's cancel
+state: nothing is left running behind a call.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
-from .._engine.holders import asking_for
 from .._exceptions import LockError
 from .handle import LockHandle
+from .side_by_side import Side, SideBySide
 
 __all__ = (
     "QUERY_CALL",
@@ -27,7 +27,6 @@ __all__ = (
     "answers",
     "ask",
     "give_back",
-    "settle",
     "took",
     "try_member",
     "within",
@@ -74,48 +73,33 @@ async def ask(
 ) -> list[T]:
     """The answers of the members that answer ``query`` within ``QUERY_CALL``.
 
-    Asked at once, each in a task of its own that asks about the calling task's holds
-    (``asking_for``), so that one member's frozen server costs the bound, not its
-    connection's timeout; the rest are no longer waited for once ``decided(answers)``.
-    A member that does not answer in time counts as one that is not held (its query,
-    read-only, is cancelled); a member whose server fails too, for a RedLock (a
-    MultiLock raises the error). An outer cancel raises CancelledError.
+    Asked at once, side by side in the calling task (about its holds), so that one
+    member's frozen server costs the bound, not its connection's timeout; the rest are
+    no longer waited for once ``decided(answers)``. A member that does not answer in time
+    counts as one that is not held (its query, read-only, is cancelled); a member whose
+    server fails too, for a RedLock (a MultiLock raises the error). An outer cancel
+    raises CancelledError.
     """
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("aiolock locks must be used from inside an asyncio task")
-    with asking_for(task):
-        asking = [asyncio.create_task(query(member)) for member in members]
-    pending = set(asking)
-    scope = asyncio.timeout(QUERY_CALL)
+    _calling_task()
+    asking = SideBySide(query(member) for member in members)
+    deadline = asyncio.get_running_loop().time() + QUERY_CALL
     try:
-        async with scope:
-            while pending and not decided(answers(asking)):
-                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-    except TimeoutError:
-        if not scope.expired():
-            raise
+        await asking.wait(lambda: decided(answers(asking.sides)), deadline)
     finally:
-        for asked in pending:
-            asked.cancel()
-        if pending:
-            # Read-only queries, cancelled: they end at once (no need to wait out a
-            # server); waited for so that none is left behind or its error unread.
-            await asyncio.wait(pending)
+        # Read-only queries, cancelled: they end at once (no need to wait out a server).
+        asking.cancel_running()
+        cancelled = await asking.finish()
+        if cancelled is not None:
+            raise cancelled
     raised: BaseException | None = None
-    for member, asked in zip(members, asking, strict=True):
+    for member, asked in zip(members, asking.sides, strict=True):
         if asked.cancelled():
             log.info("aiolock: %r: member %r did not answer in time", composite, member.name)
-            continue
-        # Every task's error is read, the ones after the first raised included: an
-        # error never read is logged ("Task exception was never retrieved") when the
-        # task is collected, wherever that happens.
-        error = asked.exception()
-        if error is not None and raised is None and not unanswered(member, error):
-            raised = error
+        elif asked.error is not None and raised is None and not unanswered(member, asked.error):
+            raised = asked.error
     if raised is not None:
         raise raised
-    return answers(asking)
+    return answers(asking.sides)
 
 
 async def try_member(
@@ -125,124 +109,89 @@ async def try_member(
     return await member._acquire(wait, lease, timed=timed)
 
 
-def took(tried: asyncio.Task[bool]) -> bool:
+def took(tried: Side[bool]) -> bool:
     """Whether the try ``tried`` has ended with its member taken."""
-    return tried.done() and not tried.cancelled() and tried.exception() is None and tried.result()
+    return tried.returned() and bool(tried.value)
 
 
-def answers(asking: list[asyncio.Task[T]]) -> list[T]:
+def answers(asking: list[Side[T]]) -> list[T]:
     """The answers of the queries in ``asking`` that returned one."""
-    return [
-        asked.result()
-        for asked in asking
-        if asked.done() and not asked.cancelled() and asked.exception() is None
-    ]
+    return [asked.value for asked in asking if asked.returned()]  # type: ignore[misc]
+
+
+def _calling_task() -> None:
+    """Refuse a call from outside a task: the members' holds are a task's."""
+    if asyncio.current_task() is None:
+        raise RuntimeError("aiolock locks must be used from inside an asyncio task")
 
 
 async def give_back(members: list[LockHandle], *, report: bool = True) -> list[BaseException]:
     """Unlock ``members`` at once for the calling task; return the failures.
 
-    Each in a task of its own that releases the calling task's hold (``asking_for``), so
-    that members on servers far apart cost one round trip, not one each. Every one is
-    made even if some fail or the caller is cancelled meanwhile: a cancel does not reach
-    them, and the call raises it once they have ended, so that what it leaves is what
-    they left. An unlock still unanswered after ``QUERY_CALL`` is cut off and finishes in
-    the background (its client resends it until the server answers; its renewal, frozen
-    with the server, lets the lease end meanwhile): not a failure, the release is under
-    way. Failures are logged when ``report``.
+    Side by side in the calling task, so that members on servers far apart cost one round
+    trip, not one each. Every one is made even if some fail or the caller is cancelled
+    meanwhile: a cancel does not reach them, and the call raises it once they have ended,
+    so that what it leaves is what they left. An unlock still unanswered after
+    ``QUERY_CALL`` is cut off and finishes in the background (its client resends it until
+    the server answers; its renewal, frozen with the server, lets the lease end
+    meanwhile): not a failure, the release is under way. Failures are logged when
+    ``report``.
     """
     if not members:
         return []
-    task = asyncio.current_task()
-    if task is None:
-        raise RuntimeError("aiolock locks must be used from inside an asyncio task")
-    # Told by each unlock as it ends, in its own last step, so that this task runs in the
-    # loop's next pass (waiting for the tasks themselves would cost it one pass more).
-    loop = asyncio.get_running_loop()
-    settled: asyncio.Future[None] = loop.create_future()
-    under_way = [len(members)]
-
-    def ended() -> None:
-        under_way[0] -= 1
-        if not under_way[0] and not settled.done():
-            settled.set_result(None)
-
-    with asking_for(task):
-        unlocks = [asyncio.create_task(_unlock(member, ended, report=report)) for member in members]
-    for unlocking in unlocks:
-        # The loop holds tasks weakly: an unlock outlives a caller cancelled and gone.
-        _UNLOCKING.add(unlocking)
-        unlocking.add_done_callback(_UNLOCKING.discard)
+    _calling_task()
+    unlocks = SideBySide(_unlock(member, report=report) for member in members)
     # One deadline for all of them (they start together), not a timeout scope in each.
-    deadline = loop.time() + QUERY_CALL
-    timer = loop.call_at(deadline, settle, settled)
+    deadline = asyncio.get_running_loop().time() + QUERY_CALL
     cancelled: asyncio.CancelledError | None = None
-    try:
-        await settled
-    except asyncio.CancelledError as exc:
-        cancelled = exc  # not passed on to the unlocks: they are waited for below
-    finally:
-        timer.cancel()
-    # Those still under way: past the deadline, or this task was cancelled meanwhile.
-    pending = {unlocking for unlocking in unlocks if not unlocking.done()}
-    while pending:
+    while unlocks.running:
         try:
-            left = deadline - loop.time()
-            if left <= 0:
-                for unlocking in pending:
-                    unlocking.cancel()
-                await asyncio.wait(pending)
-                break
-            _, pending = await asyncio.wait(pending, timeout=left)
+            await unlocks.wait(deadline=deadline)
+            break
         except asyncio.CancelledError as exc:
+            # Not passed on to the unlocks: they go on to the deadline. (Each sees it
+            # once it has released, and raises it: see _failures.)
             cancelled = exc
-    errors = _failures(members, unlocks)
+    cut = [not unlocking.done for unlocking in unlocks.sides]
+    unlocks.cancel_running()
+    cancelled = await unlocks.finish() or cancelled
+    errors = _failures(members, unlocks.sides, cut)
     if cancelled is not None:
         raise cancelled
     return errors
 
 
 def _failures(
-    members: list[LockHandle], unlocks: list[asyncio.Task[BaseException | None]]
+    members: list[LockHandle], unlocks: list[Side[BaseException | None]], cut: list[bool]
 ) -> list[BaseException]:
-    """The failures of the ended ``unlocks`` (of ``members``); those cut off are logged.
+    """The failures of the ended ``unlocks`` (of ``members``); those ``cut`` off are logged.
 
-    Every result is read (an error never read is logged when the task is collected); an
+    An unlock that saw the caller's cancel raised it once released: not a failure. An
     error no member unlock expects is raised, as it was when unlocked in turn.
     """
     errors = []
-    for member, unlocking in zip(members, unlocks, strict=True):
+    for member, unlocking, cut_off in zip(members, unlocks, cut, strict=True):
         if unlocking.cancelled():
-            log.warning(
-                "aiolock: unlocking %r got no answer within %g s: it finishes in the background",
-                member.name,
-                QUERY_CALL,
-            )
-        elif (error := unlocking.result()) is not None:
-            errors.append(error)
+            if cut_off:
+                log.warning(
+                    "aiolock: unlocking %r got no answer within %g s: it finishes in the "
+                    "background",
+                    member.name,
+                    QUERY_CALL,
+                )
+        elif unlocking.error is not None:
+            raise unlocking.error
+        elif unlocking.value is not None:
+            errors.append(unlocking.value)
     return errors
 
 
-#: Member unlocks under way (``_give_back``), referenced until they end.
-_UNLOCKING: set[asyncio.Task[BaseException | None]] = set()
-
-
-async def _unlock(
-    member: LockHandle, ended: Callable[[], None], *, report: bool
-) -> BaseException | None:
-    """Unlock ``member``: None, or its failure (logged when ``report``); then ``ended()``."""
+async def _unlock(member: LockHandle, *, report: bool) -> BaseException | None:
+    """Unlock ``member``: None, or its failure (logged when ``report``)."""
     try:
         await member.unlock()
     except (LockError, RedisError, OSError) as exc:
         if report:
             log.warning("aiolock: giving back %r failed: %r", member.name, exc)
         return exc
-    finally:
-        ended()
     return None
-
-
-def settle(settled: asyncio.Future[None]) -> None:
-    """A deadline is up: what waits on ``settled`` goes on with what has ended."""
-    if not settled.done():
-        settled.set_result(None)

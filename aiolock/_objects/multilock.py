@@ -1,10 +1,9 @@
 """Locks over several locks: the MultiLock (all of them) and the RedLock (a majority).
 
 Client-side only, as in Redisson: each member keeps its own keys, channel, waiters and
-watchdog, and nothing of the composite is stored. The members are asked at once, each in
-a task of its own that takes it for the calling task (a lock belongs to the task that took
-it: ``asking_for``), so that members on servers far apart cost one round trip, not one
-each (Redisson takes them one after another). A composite waits for a member only in an
+watchdog, and nothing of the composite is stored. The members are asked at once, side by
+side in the calling task, which holds them (``side_by_side``), so that members on servers
+far apart cost one round trip, not one each (Redisson takes them one after another). A composite waits for a member only in an
 order every process agrees on (by name and lock type, then as given), holding none after
 it, so two composites over the same locks never wait for each other in a circle (Redisson
 takes them as listed: its issues #1160 and #467). An unlock, and a failed attempt's give
@@ -28,7 +27,6 @@ from redis.exceptions import RedisError
 
 from .._config import TimeArg
 from .._engine.guard import Hold, guarded_hold
-from .._engine.holders import asking_for
 from .._exceptions import LockError
 from .handle import Acquirable, LockHandle, LockStatistics, extend_seconds
 from .members import (
@@ -36,11 +34,11 @@ from .members import (
     T,
     ask,
     give_back,
-    settle,
     took,
     try_member,
     within,
 )
+from .side_by_side import SideBySide
 
 __all__ = ("MIN_CALL", "Composite", "Left", "MultiLock")
 
@@ -186,74 +184,44 @@ class Composite(Acquirable):
     async def _at_once(self, left: Left, lease: float | None, *, timed: bool) -> list[LockHandle]:
         """Try every member at once for the calling task, waiting for none: those taken.
 
-        Each in a task of its own that takes it for the calling task (``asking_for``).
-
-        The tries still under way once the quorum is out of reach (more members not taken
-        than a RedLock allows) are cancelled: their engines undo what they took. On a
-        member's error or an outer cancel, every try is cancelled and waited for, every
-        member taken is given back, and the error (the cancel first) is raised.
+        Side by side in the calling task (``side_by_side``), each try ends by the round's
+        bound (one deadline for them all, not a timeout scope in each). The tries still
+        under way once the quorum is out of reach (more members not taken than a RedLock
+        allows) are cancelled: their engines undo what they took. On a member's error or
+        an outer cancel, every try is cancelled and run to its end, every member taken is
+        given back, and the error (the cancel first) is raised.
         """
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
         members = self._members
         allowed = len(members) - self._quorum  # members not taken a RedLock can do without
         wait, bound = self._call_of(left, at_once=True)
-        # Settled once every try has ended, one has failed, or the quorum is lost: told by
-        # each try as it ends (in its own last step, so that the calling task runs in the
-        # loop's next pass, not one pass later as a done-callback would make it) and, at
-        # the round's bound (the same for every try: one deadline for them all, not a
-        # timeout scope in each), by a timer.
-        loop = asyncio.get_running_loop()
-        settled: asyncio.Future[None] = loop.create_future()
-        counts = [0, 0]  # tries ended with their member taken, and without
+        tries = SideBySide(self._take(member, wait, lease, timed=timed) for member in members)
 
-        def ended(*, taken: bool | None) -> None:
-            """A try has ended: taken, not taken, or None when it raised."""
-            if settled.done():
-                return
-            if taken is not None:
-                counts[not taken] += 1
-            if taken is None or sum(counts) == len(members) or 0 < allowed < counts[1]:
-                settled.set_result(None)
+        def settled() -> bool:
+            """One try has raised, or the quorum is out of reach."""
+            missed = 0
+            for tried in tries.sides:
+                if tried.done:
+                    if tried.error is not None:
+                        return True
+                    missed += not tried.value
+            return 0 < allowed < missed
 
-        async def attempt(member: LockHandle) -> bool:
-            try:
-                result = await self._take(member, wait, lease, timed=timed)
-            except BaseException:  # a cancel too: the round is settled, whoever sent it
-                ended(taken=None)
-                raise
-            ended(taken=result)
-            return result
-
-        with asking_for(task):
-            tries = [asyncio.create_task(attempt(member)) for member in members]
-        timer = None if bound is None else loop.call_later(bound, settle, settled)
+        deadline = None if bound is None else asyncio.get_running_loop().time() + bound
         cancelled: asyncio.CancelledError | None = None
         try:
-            await settled
+            await tries.wait(settled, deadline)
         except asyncio.CancelledError as exc:
             cancelled = exc
-        finally:
-            if timer is not None:
-                timer.cancel()
-        # The tries still under way are cut off (the bound) or not needed: not taken.
-        pending = [t for t in tries if not t.done()]
-        for pending_try in pending:
-            pending_try.cancel()
-        # A try cancelled ends soon: its engine undoes what landed, or will once its
-        # server answers. Waited for even through another cancel, so that a member it
-        # took before the cancel reached it is known, and given back.
-        while pending:
-            try:
-                await asyncio.wait(pending)
-                break
-            except asyncio.CancelledError as exc:
-                cancelled = exc
-        # Every try's error is read (one never read is logged when the task is collected).
-        errors = [t.exception() for t in tries if not t.cancelled()]
-        error = next((e for e in errors if e is not None), None)
-        taken = [member for member, t in zip(members, tries, strict=True) if took(t)]
+        # The tries still under way are cut off (the bound) or not needed: not taken. A
+        # try cancelled ends soon: its engine undoes what landed, or will once its server
+        # answers. Run to its end even through another cancel, so that a member it took
+        # before the cancel reached it is known, and given back.
+        tries.cancel_running()
+        cancelled = await tries.finish() or cancelled
+        error = next(
+            (t.error for t in tries.sides if t.error is not None and not t.cancelled()), None
+        )
+        taken = [member for member, t in zip(members, tries.sides, strict=True) if took(t)]
         if cancelled is not None or error is not None:
             await give_back(taken)
             raise cancelled if cancelled is not None else error  # type: ignore[misc]

@@ -3,15 +3,15 @@
 Client-side only, as in Redisson: each member keeps its own keys, channel, waiters and
 watchdog, and nothing of the composite is stored. The members are asked at once, side by
 side in the calling task, which holds them (``side_by_side``), so that members on servers
-far apart cost one round trip, not one each (Redisson takes them one after another). A composite waits for a member only in an
-order every process agrees on (by name and lock type, then as given), holding none after
-it, so two composites over the same locks never wait for each other in a circle (Redisson
-takes them as listed: its issues #1160 and #467). An unlock, and a failed attempt's give
-back, release the members at once too. What Redisson gets wrong and these do not: a failed
-or cancelled attempt gives back every member it took, an unlock tries every member even
-when one fails (the sync MultiLock unlock stops at the first failure), and a
-lease is used as given, never converted again on each retry (Redisson's MultiLock
-multiplies it by 1000 per cycle).
+far apart cost one round trip, not one each (Redisson takes them one after another). A
+composite waits for a member only in an order every process agrees on (by name and lock
+type, then as given), holding none after it, so two composites over the same locks never
+wait for each other in a circle (Redisson takes them as listed: its issues #1160 and #467).
+An unlock, and a failed attempt's give back, release the members at once too. What
+Redisson gets wrong and these do not: a failed or cancelled attempt gives back every
+member it took, an unlock tries every member even when one fails (the sync MultiLock
+unlock stops at the first failure), and a lease is used as given, never converted again
+on each retry (Redisson's MultiLock multiplies it by 1000 per cycle).
 """
 
 from __future__ import annotations

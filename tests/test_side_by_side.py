@@ -141,15 +141,17 @@ async def _in_tasks(plans: list[list[tuple[str, bool]]], schedule: list[tuple[in
     harness = Harness(len(plans))
     tasks = [asyncio.create_task(harness.program(i, plan)) for i, plan in enumerate(plans)]
     harness.cancel = lambda i: tasks[i].cancel()
-    await _play(harness, lambda i: tasks[i].done(), lambda i: tasks[i].cancel(), schedule)
+    await _play(harness, lambda i: tasks[i].done(), harness.cancel, schedule)
     await asyncio.wait(tasks)
-    values = [
-        _outcome(t.cancelled(), None if t.cancelled() else t.exception(), t.result())
-        if not t.cancelled() and t.exception() is None
-        else _outcome(t.cancelled(), None if t.cancelled() else t.exception(), None)
-        for t in tasks
-    ]
+    values = [_task_outcome(task) for task in tasks]
     return harness.traces, values
+
+
+def _task_outcome(task: asyncio.Task[str]) -> object:
+    if task.cancelled():
+        return _outcome(True, None, None)
+    error = task.exception()
+    return _outcome(False, error, None if error is not None else task.result())
 
 
 async def _side_by_side(
@@ -168,9 +170,7 @@ async def _side_by_side(
     calling = asyncio.create_task(caller())
     await asyncio.sleep(0)
     sides = made[0]
-    await _play(
-        harness, lambda i: sides.sides[i].done, lambda i: sides.cancel(sides.sides[i]), schedule
-    )
+    await _play(harness, lambda i: sides.sides[i].done, harness.cancel, schedule)
     await calling
     values = [_outcome(s.cancelled(), s.error, s.value) for s in sides.sides]
     return harness.traces, values

@@ -9,7 +9,9 @@ task, lock+unlock pairs with an explicit lease (no watchdog), round-robin in sho
 - ``3 locks at once``: the same three, taken and released side by side by the calling
   task, as the RedLock's members are (three members' cost, plus running them at once);
 - ``RedLock``: ``aiolock.RedLock`` over the same three (plus the composite's own logic);
-- ``aioredlock``: aioredlock's lock over the same three servers, when it is installed.
+- ``aioredlock``: aioredlock's lock over the same three servers, when it is installed;
+- ``RedLock (REF)``, with ``--baseline REF``: the RedLock of aiolock at git ref REF,
+  installed beside (``_baseline.py``), for an A/B of a change in one run.
 
 Per pair: the client's CPU (``time.process_time``), the servers' CPU (``used_cpu_user +
 used_cpu_sys``, summed) and the servers' time running scripts (``INFO commandstats``).
@@ -18,6 +20,10 @@ With everything on one core, pairs/s is about 1 ÷ (client + server CPU per pair
 Run from the repository root::
 
     python -m benchmarks.redlock_parts [--rounds 6] [--seconds 1.0] [--pin-cpu 1]
+        [--baseline REF]
+
+After the table: each RedLock's pairs/s ÷ aioredlock's, per round (as the full run takes
+its ratio), median (min-max).
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ import aiolock
 from aiolock._objects.side_by_side import SideBySide
 from aiolock.testing import start_local_server
 
+from ._baseline import NAME, install_baseline
 from ._instrument import CommandStats, server_info
 
 LEASE_S = 30.0
@@ -98,6 +105,22 @@ async def _aiolock_pairs(urls: list[str], name: str) -> tuple[dict[str, Pair], P
     return pairs, closing
 
 
+async def _baseline_pair(urls: list[str], name: str, module: Any) -> tuple[Pair, Pair]:
+    """The RedLock of the aiolock installed as ``aiolock_baseline``, over the same servers."""
+    clients = [module.Client.from_url(url) for url in urls]
+    red = module.RedLock(*(client.lock(name) for client in clients))
+
+    async def pair() -> None:
+        await red.lock(lease=LEASE_S)
+        await red.unlock()
+
+    async def close() -> None:
+        for client in clients:
+            await client.aclose()
+
+    return pair, close
+
+
 async def _aioredlock_pair(urls: list[str], name: str) -> tuple[Pair, Pair] | None:
     try:
         module: Any = importlib.import_module("aioredlock")
@@ -140,8 +163,13 @@ async def _measure(pair: Pair, stats: CommandStats, seconds: float) -> dict[str,
     }
 
 
-async def run(urls: list[str], rounds: int, seconds: float) -> dict[str, list[dict[str, float]]]:
-    """Each case once per round, the order rotating; its figures per round."""
+async def run(
+    urls: list[str], rounds: int, seconds: float, baseline: str | None = None
+) -> dict[str, list[dict[str, float]]]:
+    """Each case once per round, the order rotating; its figures per round.
+
+    ``baseline``: the git ref of the ``aiolock_baseline`` installed, for its RedLock.
+    """
     stats = CommandStats(*urls)
     rows: dict[str, list[dict[str, float]]] = {}
     try:
@@ -149,6 +177,13 @@ async def run(urls: list[str], rounds: int, seconds: float) -> dict[str, list[di
             pairs, close = await _aiolock_pairs(urls, f"bench:redparts:{index}")
             cases: dict[str, Pair] = dict(pairs)
             closers = [close]
+            if baseline is not None:
+                module = importlib.import_module(NAME)
+                pair, base_close = await _baseline_pair(
+                    urls, f"bench:redparts:{index}:base", module
+                )
+                cases[f"RedLock ({baseline})"] = pair
+                closers.append(base_close)
             peer = await _aioredlock_pair(urls, f"bench:redparts:{index}:aioredlock")
             if peer is not None:
                 cases["aioredlock"], peer_close = peer
@@ -177,7 +212,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=1.0)
     parser.add_argument("--pin-cpu", type=int, default=None, help="one CPU for all (default: none)")
+    parser.add_argument("--baseline", default=None, help="also the RedLock of aiolock at this ref")
     args = parser.parse_args()
+    baseline = None
+    if args.baseline is not None:
+        _, baseline = install_baseline(args.baseline)
     servers = [start_local_server() for _ in range(3)]
     try:
         urls = [server.url for server in servers]
@@ -185,7 +224,7 @@ def main() -> None:
             for url in urls:
                 os.sched_setaffinity(int(server_info(url)["process_id"]), {args.pin_cpu})
             os.sched_setaffinity(0, {args.pin_cpu})
-        rows = asyncio.run(run(urls, args.rounds, args.seconds))
+        rows = asyncio.run(run(urls, args.rounds, args.seconds, baseline))
     finally:
         for server in servers:
             server.close()
@@ -200,6 +239,14 @@ def main() -> None:
             _cell([v["script_us"] for v in values]),
         ]
         print(f"| {key} | " + " | ".join(cells) + " |")
+    peer = rows.get("aioredlock")
+    if peer is not None:
+        print()
+        for key, values in rows.items():
+            if key.startswith("RedLock"):
+                pairs = zip(values, peer, strict=True)
+                ratios = [mine["pairs_per_s"] / its["pairs_per_s"] for mine, its in pairs]
+                print(f"{key} ÷ aioredlock, pairs/s per round: {_cell(ratios, 2)}")
 
 
 if __name__ == "__main__":

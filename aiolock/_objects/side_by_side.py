@@ -1,10 +1,10 @@
 """Coroutines run side by side by the calling task itself, without a task each.
 
 A composite lock calls its members at once, so that members on servers far apart cost one
-round trip, not one each. A task per member call would do that, but on loopback the tasks
-cost more than the calls they make: 80 µs of client CPU per RedLock lock+unlock pair over
-three members, where the six calls themselves cost 340 (``benchmarks/redlock_parts.py``).
-And a task of its own would act for another task than the caller, whose holds these are.
+round trip, not one each. A task per member call does that too, but costs more: a RedLock
+lock+unlock pair over three members took 384 µs of client CPU with its calls in tasks, 358
+side by side (``python -m benchmarks.redlock_parts --baseline dcb846b``, one run). And a
+task of its own acts for another task than the caller, whose holds these are.
 
 Here the calling task steps each coroutine itself, as a Task steps its own: each step runs
 in the coroutine's own copy of the caller's context; the future a step waits on wakes the

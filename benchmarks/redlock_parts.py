@@ -69,7 +69,6 @@ def _at_once(calls: list[Callable[[], Coroutine[Any, Any, Any]]]) -> Pair:
 async def _aiolock_pairs(urls: list[str], name: str) -> tuple[dict[str, Pair], Pair]:
     clients = [aiolock.Client.from_url(url) for url in urls]
     locks = [client.lock(name, owner=None) for client in clients]
-    red = aiolock.RedLock(*(client.lock(f"{name}:red", owner=None) for client in clients))
     lock_all = _at_once([functools.partial(lock.lock, lease=LEASE_S) for lock in locks])
     unlock_all = _at_once([lock.unlock for lock in locks])
 
@@ -87,38 +86,34 @@ async def _aiolock_pairs(urls: list[str], name: str) -> tuple[dict[str, Pair], P
         await lock_all()
         await unlock_all()
 
-    async def redlock() -> None:
-        await red.lock(lease=LEASE_S)
-        await red.unlock()
-
-    async def close() -> None:
-        for client in clients:
-            await client.aclose()
-
     pairs: dict[str, Pair] = {
         "one lock": one,
         "3 locks in turn": in_turn,
         "3 locks at once": at_once,
-        "RedLock": redlock,
+        "RedLock": _redlock_pair(aiolock, clients, f"{name}:red"),
     }
-    closing: Pair = close
-    return pairs, closing
+    return pairs, _closing(clients)
 
 
-async def _baseline_pair(urls: list[str], name: str, module: Any) -> tuple[Pair, Pair]:
-    """The RedLock of the aiolock installed as ``aiolock_baseline``, over the same servers."""
-    clients = [module.Client.from_url(url) for url in urls]
+def _redlock_pair(module: Any, clients: list[Any], name: str) -> Pair:
+    """A RedLock lock+unlock pair over ``clients``, of ``module`` (aiolock, or the baseline)."""
     red = module.RedLock(*(client.lock(name) for client in clients))
 
     async def pair() -> None:
         await red.lock(lease=LEASE_S)
         await red.unlock()
 
+    return pair
+
+
+def _closing(clients: list[Any]) -> Pair:
+    """What closes ``clients``."""
+
     async def close() -> None:
         for client in clients:
             await client.aclose()
 
-    return pair, close
+    return close
 
 
 async def _aioredlock_pair(urls: list[str], name: str) -> tuple[Pair, Pair] | None:
@@ -179,11 +174,10 @@ async def run(
             closers = [close]
             if baseline is not None:
                 module = importlib.import_module(NAME)
-                pair, base_close = await _baseline_pair(
-                    urls, f"bench:redparts:{index}:base", module
-                )
-                cases[f"RedLock ({baseline})"] = pair
-                closers.append(base_close)
+                base_clients = [module.Client.from_url(url) for url in urls]
+                base = f"bench:redparts:{index}:base"
+                cases[f"RedLock ({baseline})"] = _redlock_pair(module, base_clients, base)
+                closers.append(_closing(base_clients))
             peer = await _aioredlock_pair(urls, f"bench:redparts:{index}:aioredlock")
             if peer is not None:
                 cases["aioredlock"], peer_close = peer

@@ -12,6 +12,11 @@ with the HTTP status the framework module answers with:
 - 499 (nginx's "client closed request"): the client disconnected while the request waited.
   Nobody reads that answer; it names the outcome in access logs.
 
+A handler that completed gets its own response, whatever happens at the release: a release
+that fails (Redis unreachable) or finds the hold lost is logged once at WARNING (one line)
+and is in the client's events and metrics, never turned into a 500 or 503 after the work
+was done. 503 means the handler never ran or was cancelled.
+
 ``Retry-After`` defaults to 1 s: how long a holder keeps a lock is not known to the server
 (a watchdog lease is renewed, so the lock's remaining lease says nothing about when it is
 released), and asking Redis for a hint would add a query to a lock that is contended right
@@ -31,7 +36,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._config import check_name, lease_seconds, wait_seconds
-from .._exceptions import ClientClosedError, LockLostError, LockTimeoutError
+from .._exceptions import ClientClosedError, LockLostError, LockTimeoutError, ReleaseError
 from .._objects.decorator import LockKind, check_kind, lock_of_kind
 from .._objects.decorator import _template_fields as template_fields
 
@@ -148,8 +153,28 @@ async def held(
     else:
         try:
             await guarded.__aexit__(None, None, None)
-        except LockLostError as lost:
-            raise Refused(UNAVAILABLE, f"the lock {handle.name!r} was lost") from lost
+        except (LockLostError, ReleaseError) as exc:
+            # The handler completed: its work is done and its response is the answer. A
+            # 503 now would tell a retrying client that nothing happened (it would pay
+            # twice), and FastAPI may have sent the response already. The release's
+            # problem is the operator's: one line, no traceback; the loss itself is in
+            # the client's events (Lost) and metrics.
+            log.warning(
+                "aiolock: %s %r: the request's handler completed, but %s; "
+                "the handler's response is sent",
+                route.what,
+                handle.name,
+                _release_problem(exc),
+            )
+
+
+def _release_problem(exc: LockLostError | ReleaseError) -> str:
+    """What went wrong at a completed request's release, in a few words."""
+    if isinstance(exc, LockLostError):
+        return f"the lock was lost before its release ({exc})"
+    cause = exc.__cause__
+    why = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
+    return f"releasing the lock failed ({why}); it is released in the background or expires"
 
 
 async def _enter(

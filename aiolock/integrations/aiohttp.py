@@ -19,6 +19,10 @@ disconnect (``handler_cancellation``: off by default in ``web.run_app``, on in a
 ``TestServer``): with it the wait is cancelled; without it the request's connection is
 looked at every 0.1 s while it waits. Either way the handler never runs.
 
+A handler that completed gets its own response: a release that then fails (Redis
+unreachable) or finds the lock lost is logged once at WARNING, one line, never a 500 or 503
+after the work was done.
+
 Needs the ``aiolock[aiohttp]`` extra. Importing ``aiolock`` never imports this module.
 """
 

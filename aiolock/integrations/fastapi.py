@@ -15,6 +15,10 @@ stops waiting when the client disconnects (the handler never runs; 499 in the ac
 The lock is held until the response has been sent (FastAPI's default dependency scope);
 ``Depends(hold(...), scope="function")`` releases it when the handler returns.
 
+A handler that completed gets its own response: a release that then fails (Redis
+unreachable) or finds the lock lost is logged once at WARNING, one line, never a 500 or 503
+after the work was done.
+
 Needs the ``aiolock[fastapi]`` extra. Importing ``aiolock`` never imports this module.
 """
 

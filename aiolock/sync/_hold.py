@@ -2,7 +2,7 @@
 
 ``with lock.acquired():`` and ``with lock:`` enter and leave the async block in two calls.
 A guarded block cannot: its cancel scope belongs to the task that entered it. So a guarded
-block's async side is one task (:func:`_guarded_side`) that enters the async block, reports
+block's async side is one task (:func:`_task_side`) that enters the async block, reports
 its hold, and waits for the thread's body to end; a lost hold cancels that wait as it would
 cancel an async body, and the async side ends at once (LockLostError, the release in the
 background) while the thread's body runs on, to learn of it from ``hold.lost``,
@@ -19,13 +19,14 @@ from contextlib import AbstractAsyncContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
+from .._config import TimeArg, wait_seconds
 from .._exceptions import LockLostError
 
 if TYPE_CHECKING:
     from .._engine.guard import Hold as AsyncHold
     from ._portal import Portal
 
-__all__ = ("Block", "GuardedBlock", "Hold")
+__all__ = ("Block", "GuardedBlock", "Hold", "TaskBlock")
 
 log = logging.getLogger("aiolock")
 
@@ -65,7 +66,8 @@ class Hold:
 
     A thread cannot be cancelled safely, so a lost hold does NOT stop the body: the body
     learns of it by asking. ``lost`` (a plain read, no I/O: cheap enough for every loop
-    iteration), ``check()`` (raises ``LockLostError`` if lost), ``wait_lost(timeout)``
+    iteration), ``check()`` (raises ``LockLostError`` if lost), ``sleep(seconds)`` (sleeps,
+    but raises ``LockLostError`` the moment the hold is lost), ``wait_lost(timeout)``
     (blocks until lost or over; for a watcher thread), and the block's exit, which raises
     ``LockLostError`` (or notes it on the body's exception) if the hold was lost at any
     time. ``confirmed_until`` is on ``time.monotonic()``'s clock: the lock is confirmed held
@@ -104,6 +106,21 @@ class Hold:
         if why is not None:
             raise LockLostError(self._name, self._holder, why)
 
+    def sleep(self, seconds: TimeArg) -> None:
+        """Sleep ``seconds`` s; raise ``LockLostError`` at once if the hold is, or gets, lost.
+
+        The checkpoint of a loop that waits between steps (a leader's tick): it never
+        sleeps through a loss. An interruption (Ctrl-C) ends it as any sync call.
+        """
+        if seconds is None:
+            raise TypeError("seconds must be a number of seconds or a timedelta, not None")
+        delay = wait_seconds(seconds, "seconds")
+        assert delay is not None
+        self.check()
+        if delay > 0:
+            self.wait_lost(delay)
+            self.check()
+
     def wait_lost(self, timeout: float | None = None) -> bool:
         """Block until the hold is lost or over, or ``timeout`` s passed; whether it was lost."""
         hold = self._hold
@@ -117,18 +134,18 @@ class Hold:
         return hold.lost
 
 
-async def _guarded_side(
-    cm: AbstractAsyncContextManager[AsyncHold],
-    entered: concurrent.futures.Future[AsyncHold | None],
+async def _task_side(
+    cm: AbstractAsyncContextManager[Any],
+    entered: concurrent.futures.Future[tuple[Any] | None],
     left: asyncio.Future[BaseException | None],
 ) -> None:
-    """The async side of a guarded block: enter, report, wait for the thread, leave."""
-    hold = await cm.__aenter__()
-    entered.set_result(hold)
+    """The async side of a task-backed block: enter, report, wait for the thread, leave."""
+    value = await cm.__aenter__()
+    entered.set_result((value,))
     try:
         body_error = await left
     except BaseException as exc:
-        # Cancelled: by the loss (the scope; __aexit__ raises LockLostError) or from
+        # Cancelled: by the loss (a guarded scope; __aexit__ raises LockLostError) or from
         # outside (an interrupted thread, a closing client; CancelledError goes on).
         if not await cm.__aexit__(type(exc), exc, exc.__traceback__):
             raise
@@ -140,42 +157,48 @@ async def _guarded_side(
     )
 
 
-class GuardedBlock:
-    """``with lock.guarded() as hold:`` in a thread (see the module docstring)."""
+class TaskBlock(Generic[T]):
+    """``with ...:`` whose async block is entered and left by ONE task, alive meanwhile.
 
-    __slots__ = ("_call", "_cm", "_holder", "_left", "_name", "_portal")
+    For async blocks bound to the task that entered them: a guarded hold's cancel scope,
+    a permit renewed while its task lives (``PermitExpirableSemaphore.acquired()``). A
+    :class:`Block` would enter in a task that ends at once, and what it bound ends with it.
+    """
 
-    def __init__(
-        self, portal: Portal, cm: AbstractAsyncContextManager[AsyncHold], name: str, holder: str
-    ) -> None:
+    __slots__ = ("_call", "_cm", "_left", "_portal")
+
+    def __init__(self, portal: Portal, cm: AbstractAsyncContextManager[Any]) -> None:
         self._portal = portal
         self._cm = cm
-        self._name = name
-        self._holder = holder
         self._call: Any = None
         self._left: asyncio.Future[BaseException | None] | None = None
 
-    def __enter__(self) -> Hold:
+    def _wrap(self, value: Any) -> T:
+        """What the ``with`` statement gives, from what the async block gave."""
+        result: T = value
+        return result
+
+    def __enter__(self) -> T:
         if self._call is not None:
-            raise RuntimeError("a guarded() block is entered once: call guarded() again")
+            raise RuntimeError("this block is entered once: make a new one")
         portal = self._portal
-        # Done with the hold once entered, or with None when the call ends without one.
-        entered: concurrent.futures.Future[AsyncHold | None] = concurrent.futures.Future()
+        # Done with (value,) once entered, or with None when the call ends without it.
+        entered: concurrent.futures.Future[tuple[Any] | None] = concurrent.futures.Future()
         left: asyncio.Future[BaseException | None] = portal.loop.create_future()
         self._left = left
-        call = self._call = portal.start(_guarded_side(self._cm, entered, left), entered)
+        call = self._call = portal.start(_task_side(self._cm, entered, left), entered)
         try:
-            hold = entered.result()
+            got = entered.result()
         except BaseException:
             # Interrupted while acquiring: the task ends (and releases) before this goes on.
             call.interrupt()
             portal.forget(call)
             raise
-        if hold is None:
+        if got is None:
             portal.forget(call)
             call.result()  # the acquire's error (LockTimeoutError, ...)
             raise AssertionError("unreachable")  # pragma: no cover - a call without a hold
-        return Hold(portal, hold, self._name, self._holder)
+        return self._wrap(got[0])
 
     def __exit__(
         self,
@@ -200,6 +223,30 @@ class GuardedBlock:
             raise
         finally:
             portal.forget(call)
+        self._ended(call, exc)
+        return None
+
+    def _ended(self, call: Any, exc: BaseException | None) -> None:
+        """The async side's outcome, once it ended: its error raised."""
+        call.result()
+
+
+class GuardedBlock(TaskBlock[Hold]):
+    """``with lock.guarded() as hold:`` in a thread (see the module docstring)."""
+
+    __slots__ = ("_holder", "_name")
+
+    def __init__(
+        self, portal: Portal, cm: AbstractAsyncContextManager[AsyncHold], name: str, holder: str
+    ) -> None:
+        super().__init__(portal, cm)
+        self._name = name
+        self._holder = holder
+
+    def _wrap(self, value: Any) -> Hold:
+        return Hold(self._portal, value, self._name, self._holder)
+
+    def _ended(self, call: Any, exc: BaseException | None) -> None:
         try:
             call.result()
         except LockLostError as error:
@@ -208,4 +255,3 @@ class GuardedBlock:
             # Never hides the body's own exception: the loss is noted on it.
             log.warning("aiolock: %s (the block raised %r)", error, exc)
             exc.add_note(f"aiolock: {error}")
-        return None

@@ -10,6 +10,7 @@ renewal, rollback, errors) is the async client's: nothing is decided here.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
@@ -53,21 +54,35 @@ def sync_owner(owner: object) -> str | None:
 
 
 class _PerHolder(Generic[A]):
-    """The async handle of each holder: the ``owner=`` given, or each calling thread."""
+    """The async handle of each holder: the ``owner=`` given, or each calling thread.
 
-    __slots__ = ("_handles", "_make", "_owner")
+    A thread's handle lives in the thread's own storage (``threading.local``): it is freed
+    with the thread, so a long-lived sync handle used by many short-lived threads (a
+    thread per request) keeps one async handle per LIVE thread, not one per thread ever.
+    """
+
+    __slots__ = ("_local", "_make", "_owned", "_owner")
 
     def __init__(self, make: Callable[[str], A], owner: str | None) -> None:
         self._make = make
         self._owner = owner
-        self._handles: dict[str, A] = {}
+        self._owned: A | None = None  # the handle of owner=, made once
+        self._local = threading.local()
 
     def get(self) -> A:
-        owner = self._owner or thread_owner()
-        handle = self._handles.get(owner)
-        if handle is None:
-            handle = self._handles[owner] = self._make(owner)
-        return handle
+        if self._owner is not None:
+            handle = self._owned
+            if handle is None:
+                handle = self._owned = self._make(self._owner)
+            return handle
+        owner = thread_owner()
+        local = self._local
+        # The owner is checked: a forked child's copy of a thread is another holder.
+        if getattr(local, "owner", None) != owner:
+            local.handle = self._make(owner)
+            local.owner = owner
+        handle_of_thread: A = local.handle
+        return handle_of_thread
 
 
 class LockMethods:

@@ -7,10 +7,12 @@ held by the calling thread, as a lock is.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -18,7 +20,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .._config import TimeArg, lease_seconds
 from .._exceptions import LockLostError
 from .._objects.leader import Leader as AsyncLeaderType
-from ._hold import Block, GuardedBlock, Hold
+from ._hold import Block, GuardedBlock, Hold, TaskBlock
 from ._portal import thread_owner
 
 if TYPE_CHECKING:
@@ -155,8 +157,12 @@ class PermitExpirableSemaphore(_Counted):
     def acquired(
         self, wait: TimeArg = None, lease: TimeArg = None
     ) -> contextlib.AbstractContextManager[str]:
-        """``with psem.acquired() as permit_id:``; ``lease`` None: renewed while held."""
-        return Block(self._rt.portal(), self._a.acquired(wait, lease))
+        """``with psem.acquired() as permit_id:``; ``lease`` None: renewed while held.
+
+        The permit's renewal lives as long as the task that took it: one task of the loop
+        thread takes it, waits for the block's end and gives it back.
+        """
+        return TaskBlock(self._rt.portal(), self._a.acquired(wait, lease))
 
 
 class CountDownLatch:
@@ -201,23 +207,26 @@ class CountDownLatch:
 class Leader:
     """An election on the reentrant lock ``name``: the thread holding it is the leader."""
 
-    __slots__ = ("__weakref__", "_leaders", "_lease", "_name", "_rt", "_terms")
+    __slots__ = ("__weakref__", "_lease", "_local", "_name", "_rt", "_terms")
 
     def __init__(self, rt: Runtime, name: str, lease: TimeArg) -> None:
         self._rt = rt
         self._name = name
         self._lease = lease_seconds(lease)
-        self._leaders: dict[str, AsyncLeader] = {}
+        # Each thread's async leader, freed with the thread (as the lock handles' are).
+        self._local = threading.local()
         self._terms = 0
         self._leader()  # the arguments checked now
 
     def _leader(self) -> AsyncLeader:
         owner = thread_owner()
-        leader = self._leaders.get(owner)
-        if leader is None:
+        local = self._local
+        if getattr(local, "owner", None) != owner:
             # The async leader over this thread's lock: the term is the thread's.
             lock = self._rt.async_client.lock(self._name, owner=owner)
-            leader = self._leaders[owner] = AsyncLeaderType(lock, self._lease)
+            local.leader = AsyncLeaderType(lock, self._lease)
+            local.owner = owner
+        leader: AsyncLeader = local.leader
         return leader
 
     @property
@@ -235,7 +244,12 @@ class Leader:
 
     @contextlib.contextmanager
     def elected(self) -> Iterator[Hold]:
-        """``with leader.elected() as term:`` blocks until elected; a guarded hold (Hold)."""
+        """``with leader.elected() as term:`` blocks until elected; the term is a Hold.
+
+        ``term.lost``, ``term.check()`` and ``term.sleep(seconds)`` tell the body of a
+        lost term (a thread cannot be stopped from outside); the block's exit raises
+        ``LockLostError`` if the term was lost at any time.
+        """
         leader = self._leader()
         with GuardedBlock(
             self._rt.portal(), leader.elected(), self._name, leader.lock._guard_holder()
@@ -246,22 +260,29 @@ class Leader:
             finally:
                 self._terms -= 1
 
-    def run(self, work: Callable[[], T]) -> T:
-        """Campaign, run ``work()`` as the leader; after a lost term, campaign again.
+    def run(self, work: Callable[[Hold], T] | Callable[[], T]) -> T:
+        """Campaign, run ``work`` as the leader; after a lost term, campaign again.
 
-        ``work`` runs in this thread and cannot be stopped midway: a term lost while it
-        ran is learnt when it returns (LockLostError at the term's end), and then ``work``
-        runs again in a new term. Make it idempotent, or check ``term.lost`` itself.
+        ``work(term)`` if ``work`` takes an argument, else ``work()``; it runs in this
+        thread and cannot be stopped from outside: use ``term.sleep(seconds)`` between
+        steps and ``term.check()`` before each effect, which raise ``LockLostError`` once
+        the term is lost, so that ``work`` stops and a new campaign starts. A term lost
+        while ``work`` ran on is learnt, at the latest, when it returns (LockLostError at
+        the term's end), and ``work`` then runs again in a new term. A new term never
+        starts before the previous call of ``work`` has returned.
         """
         if not callable(work):
             raise TypeError(f"work must be a callable, not {work!r}")
+        takes_term = _takes_one_argument(work)
         pause = _RETRY_FIRST
         while True:
             term: Hold | None = None
             try:
                 with self.elected() as term:
                     pause = _RETRY_FIRST
-                    return work()
+                    if takes_term:
+                        return cast("Callable[[Hold], T]", work)(term)
+                    return cast("Callable[[], T]", work)()
             except LockLostError:
                 if term is None or not term.lost:
                     raise
@@ -277,3 +298,17 @@ class Leader:
                 )
                 time.sleep(pause)
                 pause = min(pause * 2, _RETRY_CAP)
+
+
+def _takes_one_argument(work: Callable[..., Any]) -> bool:
+    """Whether ``work`` takes a positional argument (the term) in ``run(work)``."""
+    try:
+        parameters = inspect.signature(work).parameters.values()
+    except (TypeError, ValueError):
+        return False  # no signature to read (some builtins): called as work()
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return any(p.kind in positional for p in parameters)

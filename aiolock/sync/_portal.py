@@ -26,7 +26,10 @@ client does.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import concurrent.futures
+import contextlib
+import contextvars
 import itertools
 import os
 import sys
@@ -50,6 +53,16 @@ THREAD_PREFIX = THREAD_OWNER_PREFIX
 _numbers = itertools.count(1)
 _local = threading.local()
 
+#: How long an interrupted call waits for its undo (a rollback, a queue exit, a release the
+#: cancel cut off) before the interruption goes on to the caller: long enough for a few
+#: round trips and a reconnect; bounded so that Ctrl-C with Redis gone still ends. Those
+#: left running then are waited for once more (as long again) at interpreter exit.
+UNDO_BOUND = 5.0
+
+# The call a task runs for (its own task and every task it starts, which inherit the
+# context): the loop's task factory files the tasks a cancelled call starts as its undo.
+_CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("aiolock_sync_call")
+
 
 def thread_owner() -> str:
     """The calling thread's ``owner=`` as a holder: a new one for each thread."""
@@ -71,13 +84,28 @@ class Call:
     ``_thread`` lock the caller blocks on) in the task's own last step: one hand-off each way.
     """
 
-    __slots__ = ("_cancelled", "_coro", "_listener", "_lock", "_loop", "_task", "error", "value")
+    __slots__ = (
+        "_cancelled",
+        "_coro",
+        "_listener",
+        "_lock",
+        "_loop",
+        "_task",
+        "_undoing",
+        "error",
+        "undos",
+        "value",
+    )
 
     def __init__(self, loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any]) -> None:
         self._loop = loop
         self._coro: Coroutine[Any, Any, Any] | None = coro
         self._task: asyncio.Task[None] | None = None
         self._cancelled = False
+        # Set in the loop thread just before the task is cancelled: the tasks the call
+        # starts from then on (its rollbacks, a queue exit, a cut-off release) are its undo.
+        self._undoing = False
+        self.undos: set[asyncio.Task[Any]] = set()
         self._listener: Callable[[], object] | None = None
         self.value: Any = None
         #: The call's exception (CancelledError if it was cancelled); None if it returned.
@@ -115,6 +143,7 @@ class Call:
 
     def _cancel_task(self) -> None:
         task = self._task
+        self._undoing = True
         if task is not None and task.cancel():
             # A task cancelled before its first step never runs _drive's body: end it here.
             task.add_done_callback(lambda _: self._end(None, asyncio.CancelledError()))
@@ -142,9 +171,13 @@ class Call:
         return self.value
 
     def interrupt(self) -> None:
-        """Cancel the call and wait until it has ended (its rollbacks begun).
+        """Cancel the call and wait until it has ended, its undo finished (bounded).
 
-        A second interruption while waiting (a second Ctrl-C) stops the wait at once.
+        The undo (a rollback, a queue exit, a release the cancel cut off) runs in tasks the
+        call started as it was cancelled; the call ends once they have, or after
+        ``UNDO_BOUND`` s. So an interruption reaches the caller with nothing left behind,
+        and a process that exits on it (what Ctrl-C does) leaves nothing either. A second
+        interruption while waiting (a second Ctrl-C) stops the wait at once.
         """
         self._cancelled = True
         try:
@@ -179,12 +212,43 @@ else:
 
 async def _drive(call: Call, coro: Coroutine[Any, Any, Any]) -> None:
     """The task of one call: run it, then hand its outcome to the waiting thread."""
+    _CALL.set(call)
     try:
         value = await coro
     except BaseException as exc:  # CancelledError too: the caller raises it, not the loop
+        if call.undos:
+            await _settle(call.undos)
         call._end(None, exc)
     else:
+        if call.undos:  # a cancel the call swallowed, or that came as it returned
+            await _settle(call.undos)
         call._end(value, None)
+
+
+async def _settle(undos: set[asyncio.Task[Any]]) -> None:
+    """Wait (bounded) for a cancelled call's undo; a second cancel stops the wait."""
+    # asyncio.wait, not wait_for: it never cancels the undo, nor swallows a cancel.
+    with contextlib.suppress(asyncio.CancelledError):
+        await asyncio.wait(set(undos), timeout=UNDO_BOUND)
+
+
+def _undo_filing_factory(
+    undos: set[asyncio.Task[Any]],
+) -> Callable[..., asyncio.Task[Any]]:
+    """The loop's task factory: files each task a cancelled call starts as its undo."""
+
+    def factory(
+        loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any
+    ) -> asyncio.Task[Any]:
+        task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)
+        call = _CALL.get(None)
+        if call is not None and call._undoing and not task.done():
+            call.undos.add(task)
+            undos.add(task)  # the portal's: waited for at interpreter exit
+            task.add_done_callback(undos.discard)
+        return task
+
+    return factory
 
 
 class Portal:
@@ -195,6 +259,9 @@ class Portal:
         self._users = 0
         self._calls: set[Call] = set()
         self.loop = asyncio.new_event_loop()
+        # Undo tasks of interrupted calls not finished yet (in the loop thread only).
+        self._undos: set[asyncio.Task[Any]] = set()
+        self.loop.set_task_factory(_undo_filing_factory(self._undos))
         self._ready = threading.Event()
         self.forks = PROCESS.forks
         self.thread = threading.Thread(target=self._main, name="aiolock-sync-loop", daemon=True)
@@ -220,6 +287,23 @@ class Portal:
             for call in calls:
                 call.fail(ClientClosedError("the aiolock client"))
             loop.close()
+
+    def settle_at_exit(self) -> None:
+        """At interpreter exit: let the undo of interrupted calls finish (bounded).
+
+        The loop thread is a daemon, stopped mid-step when the interpreter ends: an undo
+        still running then (a caller interrupted twice, or past ``UNDO_BOUND``) would be
+        lost, leaving a queue entry or a hold for its lease.
+        """
+        if not self.thread.is_alive() or self.in_loop_thread:
+            return
+
+        async def settle() -> None:
+            if self._undos:
+                await _settle(self._undos)
+
+        with contextlib.suppress(Exception):
+            asyncio.run_coroutine_threadsafe(settle(), self.loop).result(UNDO_BOUND + 1)
 
     def attach(self) -> bool:
         """One more client uses this loop; False if it is stopping (use a new portal)."""
@@ -316,6 +400,13 @@ async def _awaited(awaitable: Awaitable[T]) -> T:
 
 _portal: Portal | None = None
 _portal_lock = threading.Lock()
+
+
+@atexit.register
+def _settle_at_exit() -> None:
+    current = _portal
+    if current is not None and current.forks == PROCESS.forks:
+        current.settle_at_exit()
 
 
 def portal() -> Portal:

@@ -29,15 +29,19 @@ class Runtime:
     Its async client, in the loop thread, once checked (open, this process).
     """
 
-    __slots__ = ("_lock", "_pid", "_portal", "async_client", "client_id", "closed")
+    __slots__ = ("_lock", "_pid", "_portal", "async_client", "closed")
 
     def __init__(self, async_client: AsyncClient) -> None:
         self.async_client = async_client
-        self.client_id = async_client.id
         self._portal: Portal | None = None
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.closed = False
+
+    @property
+    def client_id(self) -> str:
+        """The async client's id: read each time, as a forked child gives it a new one."""
+        return self.async_client.id
 
     def portal(self) -> Portal:
         """The loop thread, attached at the first call; refused once closed or forked."""

@@ -1,5 +1,5 @@
 """Developer and CI sessions: ``nox`` runs tests, lint and mypy; ``nox -s faults`` the fault
-suite; ``nox -s bench`` benchmarks.
+suite; ``nox -s bench`` the quick benchmark (``-- --full``: every case).
 
 Tests run against a wheel installed non-editable, so a file missing from the wheel (a Lua
 script, py.typed) fails them. Reuse a prebuilt wheel with
@@ -227,7 +227,11 @@ def _check_contents(session: nox.Session, wheel: Path, sdist: Path) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Run the benchmarks against the installed wheel; arguments after ``--`` go to them."""
+    """The benchmark against the installed wheel: by default the quick headline run (under
+    3 minutes on 2 cores from a fresh clone, its table printed last, plots written);
+    ``nox -s bench -- --full`` runs every case (about 11 minutes), and
+    ``-- --full --pin --update-results`` refreshes the committed results. Other arguments
+    after ``--`` go to ``python -m benchmarks`` (benchmarks/README.md)."""
     bench_args = _install_wheel(session, "bench")
     session.run("python", "-m", "benchmarks", *bench_args)
 

@@ -1,12 +1,20 @@
-"""``python -m benchmarks [--quick] [--pin] [--baseline REF] [--no-cluster]
+"""``python -m benchmarks [--full] [--pin] [--baseline REF] [--no-cluster]
 [--no-synchronizers] [--out DIR]``.
 
+By default a quick run (about a minute and a half of measuring on 2 cores): the headline
+cases only (uncontended 1 and 32 tasks, one lock at N = 2, 16, 64 and 4 processes x 8
+tasks, the forced handoff), 0.3 s per measurement, one repetition, against the floor, the
+token ring and the Python peers; it ends with the headline table. ``--full`` runs every
+case (read-write, scale, the fair lock's curve, the cluster, the synchronizers) in four
+interleaved repetitions of 0.6 s: the committed results and the docs' figures come from
+``--full --pin --update-results``.
+
 Runs every case against one server, interleaving the implementations round-robin within
-each scenario and repetition (the starting implementation rotates per repetition), prints a
-progress line per measurement and the markdown report at the end, and writes
-``results.json``, ``results.md`` and PNG plots to the output folder: a fresh
-``bench-out/<UTC time>/`` unless ``--out`` names one; ``--update-results`` refreshes the
-committed ``benchmarks/results/``.
+each scenario and repetition (the starting implementation rotates per repetition), prints
+the server it uses first, a progress line per measurement and the markdown report at the
+end, and writes ``results.json``, ``results.md`` and PNG plots to the output folder: a
+fresh ``bench-out/<UTC time>/`` unless ``--out`` names one; ``--update-results`` refreshes
+the committed ``benchmarks/results/``.
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from ._cluster import cluster_markdown, run_cluster
 from ._fair_curve import fair_curve_markdown, plot_fair_curve, run_fair_curve
 from ._instrument import environment, server_info
 from ._plots import plot
-from ._report import markdown, ratios, targets, write
+from ._report import headline, markdown, ratios, targets, write
 from ._scale import POOLS, waiters_scenario, watchdog_case
 from ._scaleout import scale_targets
 from ._stats import median_merge
@@ -60,6 +68,13 @@ SCENARIOS = (
     Scenario("rw", "8R+1W", 9),
 )
 
+#: What the quick run (the default) measures: the headline table and the plots' cases.
+QUICK_CASES = frozenset({"uncontended", "contended", "handoff"})
+
+#: aiolock's other locks, which the headline does not show: measured in the full run (or
+#: when ``--impl`` names them).
+FULL_ONLY_IMPLS = frozenset({"aiolock-fair", "aiolock-read", "aiolock-write", "aiolock-rw-mixed"})
+
 RESULTS = Path(__file__).parent / "results"
 SCALE_LOCKS = 10_000
 SCALE_WAITERS = 10_000
@@ -69,8 +84,13 @@ SCALE_WAITER_LOCKS = 1_000
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="short measurements, one repetition (< 2 min)"
+        "--full",
+        action="store_true",
+        help="every case, 4 repetitions of 0.6 s (about 10 min on 2 cores); the default is "
+        "the quick headline run (under 2 min)",
     )
+    # The default since the quick run became it; kept so older command lines still work.
+    parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument(
         "--out",
         type=Path,
@@ -119,11 +139,28 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     unknown = wanted - set(CASES) - set(CASES.values())
     if unknown:
         parser.error(f"unknown case(s): {', '.join(sorted(unknown))}")
-    args.cases = {c for c, n in CASES.items() if not wanted or c in wanted or n in wanted}
+    if args.full and args.quick:
+        parser.error("--full and --quick exclude each other (quick is the default)")
+    if args.update_results and not (args.full and args.pin):
+        parser.error(
+            "--update-results needs --full --pin: the committed results are full pinned runs"
+        )
+    # The quick run measures the headline cases; --only chooses any case in either mode.
+    default = set(CASES) if args.full else QUICK_CASES
+    args.cases = {
+        c for c, n in CASES.items() if ((c in wanted or n in wanted) if wanted else c in default)
+    }
+    if not args.full:
+        # The cluster and the synchronizers are parts of the full run (--only's cases still
+        # run: the cluster part follows them).
+        args.no_synchronizers = True
+        args.no_cluster = args.no_cluster or not wanted
     impls = {k.strip() for k in args.impl.split(",") if k.strip()}
     if impls - set(ADAPTERS):
         parser.error(f"unknown implementation(s): {', '.join(sorted(impls - set(ADAPTERS)))}")
     wanted_impls = [k for k in ADAPTERS if not impls or k in impls]
+    if not args.full and not impls:
+        wanted_impls = [k for k in wanted_impls if k not in FULL_ONLY_IMPLS]
     args.impls = [k for k in wanted_impls if k != "aiolock-baseline" or args.baseline]
     if "aiolock-baseline" in impls and not args.baseline:
         parser.error("aiolock-baseline needs --baseline REF")
@@ -135,8 +172,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args.out = Path("bench-out") / datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     # Short rounds, many of them: on a noisy machine each repetition of every implementation
     # lands in a different stretch of noise, and the medians and spreads show it.
-    args.duration = args.duration or (0.3 if args.quick else 0.6)
-    args.reps = args.reps or (1 if args.quick else 4)
+    args.duration = args.duration or (0.6 if args.full else 0.3)
+    args.reps = args.reps or (4 if args.full else 1)
     return args
 
 
@@ -302,56 +339,68 @@ def _merge(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
+def _server_part(
+    args: argparse.Namespace, url: str, impls: dict[str, dict[str, Any]], run_id: str
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Every case on the one server: the rows of cases 1-4, and the other parts' results."""
+    runs = _run_cases(args, url, impls, run_id)
+    result: dict[str, Any] = _run_scale(args, url, impls, run_id)
+    if not args.no_synchronizers and not args.only:
+        result["synchronizers"] = run_synchronizers(
+            url=url, rounds=max(3, args.reps), seconds=args.duration, run_id=run_id
+        )
+    if "fair-curve" in args.cases:
+        result["fair_curve"] = run_fair_curve(
+            url=url,
+            impls=impls,
+            reps=args.reps,
+            duration=args.duration,
+            run_id=run_id,
+            progress=_progress,
+        )
+    return runs, result
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the suite and write the report."""
     args = _parse(argv)
     started = time.monotonic()
     started_at = datetime.now(UTC).isoformat(timespec="seconds")
     run_id = uuid.uuid4().hex[:8]
-    baseline = None
-    if args.baseline:
-        folder, commit = install_baseline(args.baseline)
-        baseline = {"ref": args.baseline, "commit": commit}
-        print(f"baseline: aiolock at {args.baseline} ({commit}) from {folder}", flush=True)
-    impls = _check(args.impls)
-    cpu0 = _cpu_times()
+    # The server first, so the run's first line names it (REDIS_URL, a container, PATH or
+    # the embedded Valkey, in aiolock.testing.redis_server's order).
     with redis_server() as server:
+        print(
+            f"mode: {'full' if args.full else 'quick (the full run: --full)'}, "
+            f"{args.duration} s per measurement, {args.reps} repetition(s)",
+            flush=True,
+        )
+        baseline = None
+        if args.baseline:
+            folder, commit = install_baseline(args.baseline)
+            baseline = {"ref": args.baseline, "commit": commit}
+            print(f"baseline: aiolock at {args.baseline} ({commit}) from {folder}", flush=True)
+        impls = _check(args.impls)
+        cpu0 = _cpu_times()
         srv = {"kind": server.kind, "url": server.url, **server_info(server.url)}
         pinned = _pin(server.url, args.pin_cpu) if args.pin else None
-        runs = _run_cases(args, server.url, impls, run_id)
-        result: dict[str, Any] = _run_scale(args, server.url, impls, run_id)
-        if not args.no_synchronizers and not args.only:
-            result["synchronizers"] = run_synchronizers(
-                url=server.url,
-                rounds=max(3, args.reps),
-                seconds=args.duration,
-                run_id=run_id,
-            )
-        if "fair-curve" in args.cases:
-            result["fair_curve"] = run_fair_curve(
-                url=server.url,
-                impls=impls,
-                reps=args.reps,
-                duration=args.duration,
-                run_id=run_id,
-                progress=_progress,
-            )
-    headline = bool(args.cases & {"uncontended", "contended"})
-    if not args.no_cluster and (headline or "scale-out" in args.cases):
+        runs, result = _server_part(args, server.url, impls, run_id)
+    cluster_headline = bool(args.cases & {"uncontended", "contended"})
+    if not args.no_cluster and (cluster_headline or "scale-out" in args.cases):
         result["cluster"] = run_cluster(
             impls=impls,
             reps=args.reps,
             duration=args.duration,
             run_id=run_id,
             progress=_progress,
-            headline=headline,
+            headline=cluster_headline,
             scale="scale-out" in args.cases,
         )
     summary = _merge(runs)
     result.update(
         {
             "meta": {
-                "mode": "quick" if args.quick else "full",
+                "mode": "full" if args.full else "quick",
                 "duration_s": args.duration,
                 "reps": args.reps,
                 "pinned": pinned,
@@ -383,6 +432,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     paths += plot(summary, impls, args.out)
     paths += plot_fair_curve(result.get("fair_curve", []), args.out)
     print("written: " + ", ".join(str(p) for p in paths))
+    if head := headline(result):
+        # Again at the end, where a terminal leaves it (results.md has it at the top).
+        print()
+        print(head)
     return 0
 
 

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ("Row", "markdown", "ratios", "targets", "write")
+__all__ = ("Row", "headline", "markdown", "ratios", "targets", "write")
 
 Row = dict[str, Any]  # one merged row: case, variant, impl + metrics
 Value = float | int | str | None
@@ -120,6 +120,8 @@ def markdown(result: Mapping[str, Any]) -> str:
     missing = [f"- {v['label']}: {v['status']}" for v in impls.values() if v.get("status")]
     out += [*(missing or ["- none"]), ""]
 
+    if head := headline(result):
+        out += [head, ""]
     floor = {v: _find(rows, "uncontended", v, "floor-2xevalsha") for v in ("1 task", "32 tasks")}
     out += ["## 1. Uncontended lock+unlock pairs", ""]
     header = ["implementation", "mode", "tasks", "pairs/s", "÷ 2xEVALSHA floor",
@@ -236,6 +238,76 @@ def markdown(result: Mapping[str, Any]) -> str:
     out += [f"- {k}: {_fmt_ratio(v)}" for k, v in result.get("ratios", {}).items()]
     out += ["", "See benchmarks/README.md for what each number means.", ""]
     return "\n".join(out)
+
+
+#: The headline rows: (label, case, variant, metric, unit, the baseline the ratio is over).
+_HEADLINE = (
+    ("1 task, uncontended lock+unlock", "uncontended", "1 task", "pairs_per_s", "pairs/s",
+     "floor-2xevalsha"),
+    ("32 tasks, uncontended", "uncontended", "32 tasks", "pairs_per_s", "pairs/s",
+     "floor-2xevalsha"),
+    ("16 tasks on one lock", "contended", "N=16", "owner_changes_per_s", "owner changes/s",
+     "ring"),
+    ("4 processes x 8 tasks on one lock", "contended", "4x8", "owner_changes_per_s",
+     "owner changes/s", "ring"),
+)  # fmt: skip
+#: Not peers: aiolock's own objects and the baselines that are not locks.
+_NOT_PEERS = ("aiolock", "floor", "ring")
+
+
+def headline(result: Mapping[str, Any]) -> str:
+    """The headline table: aiolock's Lock against the floor (or the ring) and the best peer
+    that ran, from the medians of this run; empty when the run measured none of its rows."""
+    rows: Sequence[Row] = result["summary"]
+    impls: Mapping[str, Mapping[str, str]] = result["impls"]
+
+    def ok(row: Row | None, metric: str) -> float | None:
+        value = None if row is None or row.get("status") != "ok" else row.get(metric)
+        return float(value) if isinstance(value, int | float) else None
+
+    def times(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}x"
+
+    lines = []
+    for label, case, variant, metric, unit, base in _HEADLINE:
+        mine = ok(_find(rows, case, variant, "aiolock"), metric)
+        if mine is None:
+            continue
+        floor = ok(_find(rows, case, variant, base), metric)
+        peers = [
+            (value, impls[row["impl"]]["label"])
+            for row in rows
+            if (row["case"], row["variant"]) == (case, variant)
+            and not row["impl"].startswith(_NOT_PEERS)
+            and (value := ok(row, metric)) is not None
+        ]
+        best = max(peers, default=None)
+        lines.append(
+            [
+                label,
+                f"{mine:,.0f} {unit}",
+                f"{times(_ratio(mine, floor))} the {'ring' if base == 'ring' else 'floor'}"
+                f" ({_num(floor)}/s)",
+                "-" if best is None else f"{best[1]}: {best[0]:,.0f}/s",
+                "-" if best is None else times(_ratio(mine, best[0])),
+            ]
+        )
+    if not lines:
+        return ""
+    meta = result["meta"]
+    header = ["case", "aiolock Lock", "against the floor / ring", "best peer", "÷ best peer"]
+    return "\n".join(
+        [
+            f"## Headline ({meta['mode']} run: {meta['duration_s']} s x {meta['reps']} "
+            "repetition(s), medians)",
+            "",
+            *_table(header, lines),
+            "",
+            "floor: two bare EVALSHA round trips (not a lock); ring: a pub/sub token ring "
+            "(not a lock); peers: the other Python locks that could run here.",
+            "",
+        ]
+    )
 
 
 def _pinned(pinned: Mapping[str, Any] | None) -> str:

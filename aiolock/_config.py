@@ -344,6 +344,9 @@ class Settings:
     #: server waits for them.
     replica_acks: int = 0
     replica_ack_timeout: float = 1.0
+    #: The server as the connection settings name it (a composite lock orders its members
+    #: by it, after the key: ``_timing.server_of``).
+    server: str = ""
 
     def __post_init__(self) -> None:
         # The times derived from the options and the connection's timeouts are sent as

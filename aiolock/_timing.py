@@ -67,7 +67,33 @@ def settings_for(options: ClientOptions, sample: AbstractConnection, *, cluster:
         cluster=cluster,
         replica_acks=options.replica_acks,
         replica_ack_timeout=options.replica_ack_timeout,
+        server=server_of(sample, cluster=cluster),
     )
+
+
+def server_of(sample: AbstractConnection, *, cluster: bool) -> str:
+    """The server (or Sentinel group, or cluster) connections like ``sample`` talk to.
+
+    What every process names alike from its settings alone, with no round trip: a
+    MultiLock orders members of the same key on different servers by it, and two
+    processes must agree on that order. A cluster is one key space: its seeds (which
+    processes may list differently) are left out.
+    """
+    if cluster:
+        return "cluster"
+    db = getattr(sample, "db", 0)
+    service = getattr(getattr(sample, "connection_pool", None), "service_name", None)
+    if isinstance(service, str):
+        return f"sentinel:{service}/{db}"
+    path = getattr(sample, "path", None)
+    if isinstance(path, str) and path:
+        return f"unix:{path}/{db}"
+    host = str(getattr(sample, "host", "")).lower()
+    return f"{_LOOPBACK.get(host, host)}:{getattr(sample, 'port', '')}/{db}"
+
+
+# The names of the loopback address a process may use for the same local server.
+_LOOPBACK = {"localhost": "127.0.0.1", "::1": "127.0.0.1", "[::1]": "127.0.0.1"}
 
 
 def _call_seconds(conn: AbstractConnection, options: ClientOptions) -> float:

@@ -5,8 +5,9 @@ watchdog, and nothing of the composite is stored. The members are asked at once,
 side in the calling task, which holds them (``side_by_side``), so that members on servers
 far apart cost one round trip, not one each (Redisson takes them one after another). A
 composite waits for a member only in an order every process agrees on (by name and lock
-type, then as given), holding none after it, so two composites over the same locks never
-wait for each other in a circle (Redisson takes them as listed: its issues #1160 and #467).
+type, then full key, server and owner: ``_place``), holding none after it, so two
+composites over the same locks never wait for each other in a circle (Redisson takes them
+as listed: its issues #1160 and #467).
 An unlock, and a failed attempt's give back, release the members at once too. What
 Redisson gets wrong and these do not: a failed or cancelled attempt gives back every
 member it took, an unlock tries every member even when one fails (the sync MultiLock
@@ -83,7 +84,7 @@ class Composite(Acquirable):
             seen.add(identity)
         members = [lock for lock in locks if isinstance(lock, LockHandle)]
         self._name = "+".join(member.name for member in members)
-        self._members = sorted(members, key=lambda m: (m.name, type(m).__name__))
+        self._members = sorted(members, key=_place)
         self._quorum = self._quorum_of(len(members))
 
     @staticmethod
@@ -405,6 +406,26 @@ class Composite(Acquirable):
             hold_count=count,
             tasks_waiting=max(m.tasks_waiting for m in members),
         )
+
+
+def _place(member: LockHandle) -> tuple[str, str, str, str, str]:
+    """A member's place in the order every process agrees on.
+
+    By name and lock type first (the order of earlier releases, which it keeps wherever
+    that was total), then by what tells apart members that share both: the full key
+    (``key_prefix`` included), the server as the client's settings name it
+    (``_timing.server_of``; processes must name a server alike, "localhost" and
+    "127.0.0.1" count as one) and the owner. "As given" is no order processes agree on:
+    two tasks listing the same name on two servers in opposite orders would each take
+    one and wait for the other for good.
+    """
+    return (
+        member.name,
+        type(member).__name__,
+        member._key,
+        member._engine.settings.server,
+        member.owner or "",
+    )
 
 
 class MultiLock(Composite):

@@ -104,7 +104,7 @@ class Client:
         self._lease_ms = lease_ms
         # The client's own pieces, whatever the event loop: the engine is the handles' only
         # way to the services, and stays theirs when the client moves to a new loop.
-        self._affinity = Affinity(on_new_loop=self._rebind)
+        self._affinity = Affinity(on_new_loop=self._rebind, on_new_process=self._new_process)
         # What aclose() has left to do: None before it is first called.
         self._closing: list[tuple[bool, Callable[[], Awaitable[None] | None]]] | None = None
         # aclose()'s wait for the guarded bodies it cancelled to leave their blocks.
@@ -150,6 +150,15 @@ class Client:
         self._holds = pieces.holds
         self._latches = pieces.latches
         self._order = pieces.order
+
+    def _new_process(self) -> None:
+        """Become a forked child's own client, with a new id, before its first call.
+
+        A client made before ``fork()`` and not used yet (Celery's prefork pool, gunicorn
+        ``--preload``) would otherwise give every child the same holder and request ids.
+        """
+        self.id = str(uuid.uuid4())
+        self._engine.new_identity(self.id)
 
     def _rebind(self, dead: asyncio.AbstractEventLoop) -> None:
         """Move the client to a new event loop, the one it first used being closed.

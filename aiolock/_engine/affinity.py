@@ -16,6 +16,15 @@ A client's connections are sockets of one process, read and written by one event
   module-level client, a per-test loop): nothing of the old loop can run again, so the
   client moves to the new one (``on_new_loop``: the client rebuilds every loop-bound piece
   and reconnects there) and belongs to it from then on.
+- **A new process, before any call** (a client made at import, then forked: Celery's
+  prefork pool, gunicorn ``--preload``, multiprocessing's fork start method): the child's
+  copy is the child's client, but it must not be the parent's *identity* too. Holder ids
+  and request ids (the names of acquire receipts and unlock latches) start with the
+  client's id: two children with one id would each hold a lock as a re-entry of the
+  other's hold, and one child's acquire would be answered with another's receipt, as a
+  resend. So in the child every client never used yet takes a new identity
+  (``on_new_process``) right at the fork, before any code of the child runs; should that
+  fail, its first call does it instead, before anything is sent.
 
 Forks are counted with ``os.register_at_fork``, so the process check compares two
 integers (``os.getpid()`` is a system call, ~190 ns, on glibc since 2.25). The whole check
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from collections.abc import Callable
 
 __all__ = ("PROCESS", "Affinity")
@@ -45,8 +55,16 @@ class _Process:
 PROCESS = _Process()
 
 
+# Every affinity not bound to a process and a loop yet (a client never used): each takes a
+# new identity in a forked child. Weak: a client forgotten unused is not kept.
+_unbound: weakref.WeakSet[Affinity] = weakref.WeakSet()
+
+
 def _forked() -> None:
     PROCESS.forks += 1
+    # In the child, which runs only this thread: nothing else can touch the set.
+    for affinity in list(_unbound):
+        affinity.new_process()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
@@ -56,17 +74,36 @@ if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
 class Affinity:
     """The process and the event loop a client belongs to: those of its first call."""
 
-    __slots__ = ("_forks", "_loop", "_on_new_loop", "_pid")
+    __slots__ = ("__weakref__", "_forks", "_loop", "_on_new_loop", "_on_new_process", "_pid")
 
     def __init__(
-        self, on_new_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None
+        self,
+        on_new_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None,
+        on_new_process: Callable[[], None] | None = None,
     ) -> None:
         """``on_new_loop(dead)`` moves the client off its closed loop ``dead``.
 
         It runs before the first call in a new loop. None: such calls are refused too.
+        ``on_new_process()`` gives the client a new identity in a forked child that never
+        used it (``new_process``).
         """
         self._on_new_loop = on_new_loop
+        self._on_new_process = on_new_process
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._forks = PROCESS.forks
+        self._pid = os.getpid()
+        _unbound.add(self)
+
+    def new_process(self) -> None:
+        """In a forked child, a client not used yet becomes the child's own: a new identity.
+
+        Called at the fork (``_forked``), and by the first call should that have failed.
+        The process is recorded only once the identity is new, so a failure is retried.
+        """
+        if self._loop is not None or self._forks == PROCESS.forks:
+            return
+        if self._on_new_process is not None:
+            self._on_new_process()
         self._forks = PROCESS.forks
         self._pid = os.getpid()
 
@@ -94,11 +131,12 @@ class Affinity:
         if self._loop is None:
             if loop is not None:
                 # Made in one process, used first in another (a client made at import and
-                # forked before any call): it is the child's, and the parent's copy is
-                # the parent's own.
+                # forked before any call): it is the child's, with an identity of its own
+                # (new_process, done at the fork already unless that failed), and the
+                # parent's copy is the parent's own.
+                self.new_process()
                 self._loop = loop
-                self._forks = PROCESS.forks
-                self._pid = os.getpid()
+                _unbound.discard(self)
             return
         if self._forks != PROCESS.forks:
             raise RuntimeError(self._fork_message())

@@ -91,6 +91,18 @@ class Engine:
         self.let_go_permit = counting.let_go_permit
         self.await_condition = counting.await_condition
 
+    def new_identity(self, client_id: str) -> None:
+        """Hand out ids under ``client_id`` from now on: a forked child's (``affinity.py``).
+
+        Holder ids and request ids both: a child sharing its parent's (or a sibling's)
+        would hold a lock as a re-entry of another process's hold, and have its acquire
+        answered with another process's receipt. Called before the client's first call.
+        """
+        core = self._core
+        core._ids.renew(client_id)
+        # The request ids' prefix, cached by the core (request_id() runs per script call).
+        core._request_prefix = f"{client_id}:"
+
     def attach(self, services: Services) -> None:
         """Use ``services`` from now on (the client moved to a new event loop)."""
         self._core.attach(services)

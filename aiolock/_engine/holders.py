@@ -39,6 +39,13 @@ class HolderIds:
         # while the task lives); the stored reference's callback drops the entry.
         self._ids: dict[weakref.ref[asyncio.Task[Any]], str] = {}
 
+    def renew(self, client_id: str) -> None:
+        """Start again as ``client_id``: a forked child's own ids (``affinity.py``)."""
+        self.client_id = client_id
+        self._threads = self.owner(THREAD_OWNER_PREFIX)
+        self._counter = itertools.count(1)
+        self._ids = {}
+
     def current(self) -> tuple[str, asyncio.Task[Any]]:
         """The calling task's holder id, and the task."""
         try:

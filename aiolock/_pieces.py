@@ -134,6 +134,8 @@ def build_pieces(
         pool = getattr(redis, "connection_pool", None)
         if isinstance(pool, SentinelConnectionPool):
             sentinel = SentinelWatch(pool, on_switch, background.spawn, connected_to)
+            # Its connections find the primary by asking every sentinel at once.
+            make_connection = sentinel.connections(make_connection)
         transport = CommandTransport(
             make_connection,
             deadline=deadline,

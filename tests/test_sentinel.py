@@ -20,6 +20,7 @@ from redis.asyncio.sentinel import Sentinel
 import aiolock
 
 from .faultproxy import FaultProxy
+from .freezing import frozen
 from .helpers import forced_term_ends_on_its_message, wait_until
 from .test_cli import aiolock_cli
 from .topologies import SentinelHandle, redis_sentinel
@@ -237,3 +238,35 @@ async def test_cli_through_sentinel_exits_promptly(
     # The waiter, woken by the force-unlock's message, takes the lock and lets it go.
     async with asyncio.timeout(LIMIT):
         await task
+
+
+async def test_a_paused_sentinel_costs_the_calls_nothing(
+    group: SentinelHandle, make_client: Any, name: str
+) -> None:
+    """The first listed sentinel paused (a stalled host), the primary healthy: a new
+    client's first call, an existing client's reconnect and a first wait (its pub/sub
+    connection opened then) all go through the other sentinels at once. Before, every
+    connection asked the paused sentinel first and waited on it: try_lock(wait=0) took
+    about a minute, lock() failed with TimeoutError after 7.5 s."""
+    holder = make_client()
+    old = make_client()
+    # ``old`` is connected before the pause; its connections are dropped during it.
+    assert await old.lock(f"{name}:warm").try_lock(wait=0)
+    await old.lock(f"{name}:warm").unlock()
+    held = holder.lock(name, owner="h")
+    await held.lock()
+    with frozen(group.sentinels[0].pid):
+        async with asyncio.timeout(LIMIT):
+            fresh = make_client()
+            assert not await fresh.lock(name).try_lock(wait=0)
+            old._transport.reset(ConnectionError("test: dropped"))
+            assert not await old.lock(name).try_lock(wait=0)
+            waiter = asyncio.create_task(_hold_once_unbounded(fresh.lock(name)))
+            await wait_until(lambda: fresh.lock(name).statistics().tasks_waiting == 1)
+            await held.unlock()
+            await waiter
+
+
+async def _hold_once_unbounded(handle: aiolock.Lock) -> None:
+    await handle.lock()
+    await handle.unlock()

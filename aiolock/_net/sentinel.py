@@ -31,6 +31,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from redis.asyncio.sentinel import MasterNotFoundError
 from redis.exceptions import RedisError
 
 from .._exceptions import ClientClosedError
@@ -61,8 +62,11 @@ _REFUSED_PAUSE = 30.0
 # the follow when the event is missed: 1 s + 0.5 s (+ 0.5 s per stalled sentinel in a row).
 POLL_INTERVAL = 1.0
 QUERY_TIMEOUT = 0.5
-# A poll connection whose reply is this late is dropped (the next poll reconnects).
+# A poll connection whose reply is this late is dropped (the next poll reconnects); and
+# how long a connect waits for a sentinel to name the primary.
 _QUERY_DEADLINE = 5.0
+# What ``_ask`` returns when the sentinel did not answer.
+_NO_ANSWER = object()
 
 
 class SentinelWatch:
@@ -255,30 +259,108 @@ class SentinelWatch:
         """
         count = len(self._sentinels)
         for step in range(count):
-            if self._closed_now():
-                return None  # aclose() closes the transports it finds: open no new one
             index = (self._poll_from + step) % count
-            transport = self._polls.get(index)
-            if transport is None:
-                transport = self._polls[index] = CommandTransport(
-                    self._sentinels[index], deadline=_QUERY_DEADLINE
-                )
-            try:
-                async with asyncio.timeout(self._query_timeout):
-                    reply = await transport.call(self._query)
-            except (RedisError, OSError, TimeoutError, ClientClosedError) as exc:
+            reply = await self._ask(index, self._query_timeout)
+            if reply is _NO_ANSWER:
                 if self._closed_now():
                     return None
-                log.debug("aiolock: sentinel poll failed: %r", exc)
                 continue
-            if isinstance(reply, Exception):
-                # An error reply (the group unknown to this sentinel): ask the next.
-                log.debug("aiolock: sentinel poll refused: %r", reply)
-                continue
-            self._poll_from = index
-            self.polls += 1
+            self._answered(index)
             return _primary_of(reply)
         return None
+
+    async def _ask(self, index: int, bound: float) -> Any:
+        """Sentinel ``index``'s SENTINEL MASTER reply, or ``_NO_ANSWER``.
+
+        No answer: the query failed, was refused, or got no reply within ``bound``.
+        """
+        if self._closed_now():
+            return _NO_ANSWER  # aclose() closes the transports it finds: open no new one
+        transport = self._polls.get(index)
+        if transport is None:
+            transport = self._polls[index] = CommandTransport(
+                self._sentinels[index], deadline=_QUERY_DEADLINE
+            )
+        try:
+            async with asyncio.timeout(bound):
+                reply = await transport.call(self._query)
+        except (RedisError, OSError, TimeoutError, ClientClosedError) as exc:
+            log.debug("aiolock: sentinel query failed: %r", exc)
+            return _NO_ANSWER
+        if isinstance(reply, Exception):
+            # An error reply (the group unknown to this sentinel): as no answer.
+            log.debug("aiolock: sentinel query refused: %r", reply)
+            return _NO_ANSWER
+        return reply
+
+    def _answered(self, index: int) -> None:
+        """Sentinel ``index`` answered: from now on it is asked first.
+
+        By the poll, and by redis-py's discovery (the user's own clients), as redis-py
+        itself reorders after a discovery.
+        """
+        self.polls += 1
+        if index != self._poll_from:
+            self._poll_from = index
+            self._ask_first(self._redis_sentinels[index])
+
+    # -- connecting: where the client's connections go ---------------------------------------
+
+    def connections(
+        self, make_connection: Callable[[], AbstractConnection]
+    ) -> Callable[[], AbstractConnection]:
+        """``make_connection``, its connections sent to the primary ``locate()`` names.
+
+        redis-py's discovery asks the sentinels one after another, in its list's order,
+        each with the Sentinel's own timeouts (none by default): one paused sentinel first
+        in that list held every connect (and so every call) for a minute, and the watch
+        had noticed it long before. The client's connections (commands, pub/sub) ask all
+        sentinels at once instead and go where the first one to answer says: a paused or
+        dead sentinel costs nothing, noticed or not.
+        """
+
+        def make() -> AbstractConnection:
+            conn = make_connection()
+            connect_to = getattr(conn, "connect_to", None)
+            if connect_to is None:
+                return conn  # not a Sentinel-managed connection: its own discovery
+
+            async def connect() -> None:
+                await connect_to(await self.locate())
+
+            # This connection is aiolock's own (never the user's pool's): its connect,
+            # and redis-py's reconnect through it, ask the sentinels here.
+            conn.connect = connect  # type: ignore[method-assign]
+            return conn
+
+        return make
+
+    async def locate(self) -> tuple[str, int]:
+        """The primary as the first sentinel to answer names it, all asked at once.
+
+        Waits ``_QUERY_DEADLINE`` at most for one; MasterNotFoundError (a connection error:
+        the call's own retries apply) if none names a primary by then, or every one that
+        answered holds it down.
+        """
+        count = len(self._sentinels)
+        order = [(self._poll_from + step) % count for step in range(count)]
+        asks: dict[asyncio.Future[Any], int] = {
+            asyncio.ensure_future(self._ask(index, _QUERY_DEADLINE)): index for index in order
+        }
+        pending = set(asks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for asked in sorted(done, key=lambda task: order.index(asks[task])):
+                    primary = _address_of(asked.result())
+                    if primary is not None:
+                        self._answered(asks[asked])
+                        return primary
+        finally:
+            # The slower sentinels' queries are no longer needed (read-only: cancelled).
+            for asked in pending:
+                asked.cancel()
+        raise MasterNotFoundError(f"aiolock: no sentinel named a primary for {self._service!r}")
 
     def _compare(self, primary: str) -> None:
         """Move every connection not going to ``primary`` (a switch whose event was missed)."""
@@ -296,7 +378,6 @@ class SentinelWatch:
             primary,
             self._service,
         )
-        self._ask_first(self._redis_sentinels[self._poll_from])
         self._on_switch(primary)
 
     def _ask_first(self, sentinel: Any) -> None:
@@ -333,6 +414,15 @@ def _primary_of(reply: Any) -> str | None:
 
     "host:port", or None if the sentinel holds it down.
     """
+    address = _address_of(reply)
+    return None if address is None else f"{address[0]}:{address[1]}"
+
+
+def _address_of(reply: Any) -> tuple[str, int] | None:
+    """(host, port) of the primary a SENTINEL MASTER reply names.
+
+    None if the sentinel holds it down (or for ``_NO_ANSWER``).
+    """
     if isinstance(reply, dict):
         fields = {_text(key): value for key, value in reply.items()}
     elif isinstance(reply, list):
@@ -342,7 +432,7 @@ def _primary_of(reply: Any) -> str | None:
     flags = _text(fields.get("flags", "")).split(",")
     if "ip" not in fields or "port" not in fields or "s_down" in flags or "o_down" in flags:
         return None
-    return f"{_text(fields['ip'])}:{int(fields['port'])}"
+    return _text(fields["ip"]), int(fields["port"])
 
 
 def _text(value: Any) -> str:

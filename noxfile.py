@@ -101,7 +101,47 @@ def tests(session: nox.Session) -> None:
     one). The oldest Python gets the lowest redis-py and hiredis, the others the highest."""
     pytest_args = _install_wheel(session, "tests")
     _install_redis_py(session, "lowest" if session.python == PYTHONS[0] else "highest")
-    _pytest(session, *PARALLEL, *pytest_args)
+    try:
+        _pytest(session, *PARALLEL, *pytest_args)
+    finally:
+        _warn_missing_pythons(session)
+
+
+def _runs(program: str) -> bool:
+    """Whether ``program`` is on PATH and starts (a pyenv shim of a missing version does not)."""
+    import subprocess  # noqa: PLC0415  (only here)
+
+    found = shutil.which(program)
+    if found is None:
+        return False
+    try:
+        # S603: the program is "pythonX.Y" of the project's own classifiers.
+        started = subprocess.run([found, "-c", ""], check=False, capture_output=True)  # noqa: S603
+    except OSError:
+        return False
+    return started.returncode == 0
+
+
+def _warn_missing_pythons(session: nox.Session) -> None:
+    """Say plainly, at the end of this Python's tests, which of the others nox will skip.
+
+    nox skips a session whose interpreter it cannot find with one line among many, and a
+    run that tested one version of three still ends "successful". It finds ``pythonX.Y`` on
+    PATH, or downloads one where uv or the ``nox[pbs]`` extra can: only without those is
+    the skip certain, and only then is it announced here.
+    """
+    import importlib.util  # noqa: PLC0415  (only here)
+
+    if shutil.which("uv") or importlib.util.find_spec("pbs_installer"):
+        return
+    missing = [v for v in PYTHONS if v != session.python and not _runs(f"python{v}")]
+    if missing and session.python in PYTHONS:
+        session.warn(
+            f"Python {', '.join(missing)} not found here: tests-{', tests-'.join(missing)} "
+            f"will be SKIPPED, so these tests ran on Python {session.python} only. CI runs "
+            "every version (--error-on-missing-interpreters); install them, or nox[pbs] to "
+            "download them, to run them here."
+        )
 
 
 @nox.session(python=PYTHONS[0])

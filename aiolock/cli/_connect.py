@@ -18,6 +18,7 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.asyncio.sentinel import Sentinel
 from redis.backoff import NoBackoff
+from redis.exceptions import ResponseError
 
 __all__ = ("BadUrlError", "connected")
 
@@ -40,11 +41,18 @@ async def connected(
 ) -> AsyncIterator[Redis | RedisCluster]:
     """A redis client for ``url``, closed (the sentinels' connections too) at the end.
 
-    Nothing is connected until its first command.
+    Without ``--cluster`` or ``--sentinel`` the server is asked whether it is a cluster
+    node (``INFO cluster``); if it is, the client is a cluster client, as with ``--cluster``.
     """
     sentinels: list[Redis] = []
     redis = _client(url, cluster=cluster, sentinel=sentinel, sentinels=sentinels)
     try:
+        if isinstance(redis, Redis) and sentinel is None and await _cluster_node(redis):
+            # A plain client on a cluster node sees that node's keys only (a list would
+            # silently show a third of the locks) and MOVED for the others: the command
+            # runs on the whole cluster, as with --cluster.
+            await redis.aclose()
+            redis = RedisCluster.from_url(url, **_DEFAULTS)
         yield redis
     finally:
         try:
@@ -52,6 +60,19 @@ async def connected(
         finally:
             for one in sentinels:
                 await one.aclose()
+
+
+async def _cluster_node(redis: Redis) -> bool:
+    """Whether ``redis`` is connected to a node of a Redis Cluster (``INFO cluster``).
+
+    A user that may not run INFO is taken as a plain server's: a MOVED reply then tells
+    it to pass --cluster.
+    """
+    try:
+        info = await redis.info("cluster")
+    except ResponseError:
+        return False
+    return bool(info.get("cluster_enabled"))
 
 
 def _client(

@@ -187,7 +187,12 @@ class Inspector:
         key = self._prefix + name
         kind = _text(await self._do("TYPE", key))
         if kind == "hash":
-            return await self._hash_kind(key)
+            fields = {_text(k): _text(v) for k, v in (await self._do("HGETALL", key)).items()}
+            if not _hold_counts(fields):
+                raise UnknownKindError(
+                    f"{name!r} is a Redis hash that is not a lock (its fields are not hold counts)"
+                )
+            return await self._hash_kind(key, fields)
         if kind == "string":
             if _int(await self._do("GET", key)) is None:
                 raise UnknownKindError(f"{name!r} holds a string that is not a count")
@@ -198,8 +203,8 @@ class Inspector:
             )
         return await self._keyless_kind(key)
 
-    async def _hash_kind(self, key: str) -> str:
-        if await self._do("HEXISTS", key, "mode"):
+    async def _hash_kind(self, key: str, fields: dict[str, str]) -> str:
+        if "mode" in fields:
             return "read_write_lock"
         if await self._exists(fair_queue_key(key)) or await self._exists(fair_timeout_key(key)):
             return "fair_lock"
@@ -494,6 +499,18 @@ class Inspector:
                 continue
             found.append(info)
         return found, truncated
+
+
+def _hold_counts(fields: dict[str, str]) -> bool:
+    """Whether a hash's fields are a lock's: hold counts > 0 (and a read-write lock's mode).
+
+    An application's hash that happens to have the name (a session, a cart) is not, and
+    is never shown nor deleted as a lock.
+    """
+    holds = dict(fields)
+    if holds.pop("mode", "read") not in ("read", "write"):
+        return False
+    return all((count := _int(value)) is not None and count > 0 for value in holds.values())
 
 
 def _lock_like(info: dict[str, Any], *, everything: bool) -> bool:

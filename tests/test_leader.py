@@ -4,6 +4,7 @@ to force_unlock (the work cancelled, a new term begun), ``run()`` returning and 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -408,3 +409,29 @@ async def test_cut_off_leader_stops_before_the_next_is_elected(
     finally:
         await proxy.restore()
         await cut_off.aclose()
+
+
+async def test_aclose_ends_a_running_leader_without_a_loss_warning(
+    redis_url: str, make_client: ClientFactory, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """c11: a clean aclose() ends run() with ClientClosedError, says nothing of a lost
+    leadership nor of a new campaign, and hands the lock over at once."""
+    client = aiolock.Client.from_url(redis_url)
+    leader = client.leader(name)
+    started = asyncio.Event()
+
+    async def work() -> None:
+        started.set()
+        await asyncio.Event().wait()  # runs until its term ends
+
+    run = asyncio.create_task(leader.run(work))
+    await started.wait()
+    caplog.set_level(logging.WARNING, logger="aiolock")
+    await client.aclose()
+    with pytest.raises(aiolock.ClientClosedError):
+        await run
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [line for line in warnings if "lost" in line or "campaign" in line], warnings
+    successor = make_client().lock(name)
+    assert await successor.try_lock(wait=0)  # released by the close
+    await successor.unlock()

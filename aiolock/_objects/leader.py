@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._exceptions import LockLostError
+from .._exceptions import ClientClosedError, LockLostError
 
 if TYPE_CHECKING:
     from .._engine.guard import Hold
@@ -92,22 +92,15 @@ class Leader:
 
     @contextlib.asynccontextmanager
     async def _elected(self) -> AsyncIterator[Hold]:
+        # A guarded hold of the lock: its body (the term) begins once its watch is in
+        # place (_engine/watch.py), so a force ends it at once, and a leader forced out
+        # for it has ended its own term by then.
         async with self._lock.guarded(lease=self._lease) as hold:
-            armed = asyncio.Event()
-            watch = self._lock._watch_taken(armed)
+            self._terms.add(hold)
             try:
-                # The term begins once its watch is in place (a round trip on the pub/sub
-                # connection, see _engine/watch.py): from then on a force ends it at once,
-                # and a leader forced out for it has ended its own term by then.
-                await armed.wait()
-                self._terms.add(hold)
                 yield hold
             finally:
                 self._terms.discard(hold)
-                watch.cancel()
-                # Its end (the subscription given back) before the term's release; a cancel
-                # of this task meanwhile still ends the block (the watch ends by itself).
-                await asyncio.wait([watch])
 
     def run(self, work: Callable[[], Awaitable[T]]) -> Coroutine[Any, Any, T]:
         """Campaign, run ``await work()`` as the leader; after a lost term, campaign again.
@@ -132,9 +125,13 @@ class Leader:
                 async with self.elected() as term:
                     pause = _RETRY_FIRST
                     return await work()
-            except LockLostError:
+            except LockLostError as exc:
                 if term is None or not term.lost:
                     raise  # not this term's: work's own, or another lock's
+                if self._lock._engine.closed:
+                    # aclose() ended the term and released the lock: a clean stop, not a
+                    # loss, and no campaign can follow.
+                    raise ClientClosedError from exc
                 log.warning("aiolock: leadership of %r was lost; campaigning again", self.name)
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if term is not None:

@@ -13,6 +13,7 @@ sweeps every cancellation point (CI splits it: one server's part, the cluster's 
 ``faults`` runs the fault scenarios, two at a time, on the oldest Python with the lowest
 redis-py and on the newest with the highest. ``release``
 builds the sdist and wheel, checks them and smoke-tests the wheel in a fresh virtualenv.
+``reference`` regenerates REFERENCE.md from the docstrings.
 ``nox -s tests-3.12`` picks one Python; ``nox -l`` lists the sessions. An interpreter
 nox cannot find is skipped with a warning, except where ``CI`` is set or
 ``--error-on-missing-interpreters`` is given: then it fails the run. lint, mypy, release
@@ -274,6 +275,15 @@ def bench(session: nox.Session) -> None:
     after ``--`` go to ``python -m benchmarks`` (benchmarks/README.md)."""
     bench_args = _install_wheel(session, "bench")
     session.run("python", "-m", "benchmarks", *bench_args)
+
+
+@nox.session
+def reference(session: nox.Session) -> None:
+    """Regenerate REFERENCE.md, the API reference in Markdown, from the docstrings
+    (tests/reference.py); ``-- --check`` only says whether it is current. The test suite
+    fails when it is stale (tests/test_reference.py)."""
+    session.install(".[fastapi,aiohttp]")
+    session.run("python", "-m", "tests.reference", *session.posargs)
 
 
 @nox.session

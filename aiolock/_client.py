@@ -416,16 +416,7 @@ class Client:
         return self._engine.release_ended()
 
     def _warn_held(self) -> None:
-        for hold in self._holds:
-            if hold.count and hold.lost is None:
-                task = f"task {hold.task.get_name()} " if hold.task is not None else ""
-                log.warning(
-                    "aiolock: client closed while %s(%s) holds lock %r; it is not released "
-                    "and expires with its lease",
-                    task,
-                    hold.holder,
-                    hold.name,
-                )
+        self._engine.end_held()
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         # getattr: __init__ may have raised before the engine existed.

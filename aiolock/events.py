@@ -147,7 +147,9 @@ class Lost:
     ``"force_unlock"`` (this client's ``force_unlock()`` deleted it), ``"task_ended"``
     (its task ended holding it: no longer renewed, it expires with its lease or is
     released at ``aclose()``), ``"release_unanswered"`` (a release cut off by a cancel or
-    an outage got no answer within the resend window: it expires with its lease).
+    an outage got no answer within the resend window: it expires with its lease),
+    ``"closed"`` (the client was closed while a running task held it: not released, it
+    expires with its lease).
     ``held``: seconds since the :class:`Acquired` that began it.
     """
 

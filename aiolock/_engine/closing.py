@@ -1,4 +1,4 @@
-"""aclose()'s release of the holds whose tasks ended holding them."""
+"""aclose()'s release of the holds whose tasks ended holding them, and the end of the rest."""
 
 from __future__ import annotations
 
@@ -66,3 +66,24 @@ class Closing(Part):
             )
             return
         log.info("aiolock: released lock %r of %s, whose task had ended", hold.name, hold.holder)
+
+    def end_held(self) -> None:
+        """aclose()'s last word on the holds still held by running tasks: each is ended.
+
+        They are not released (their tasks may still be in their critical sections; the
+        lock expires with its lease), but nothing of this client renews or releases them
+        any more: each is logged at WARNING and ends here with a ``Lost`` event
+        (``how="closed"``), so that every ``Acquired`` has its end and a metric of the
+        holds held (OpenTelemetry's ``aiolock.held``) falls back to 0.
+        """
+        for hold in list(self._s.holds):
+            if hold.count and hold.lost is None:
+                task = f"task {hold.task.get_name()} " if hold.task is not None else ""
+                log.warning(
+                    "aiolock: client closed while %s(%s) holds lock %r; it is not released "
+                    "and expires with its lease",
+                    task,
+                    hold.holder,
+                    hold.name,
+                )
+                self._s.holds.drop(hold, ended="closed")

@@ -78,7 +78,9 @@ class Engine:
         self.release_soon = releases.release_soon
         self.hold_of = releases.hold_of
         self.extend = Extender(core).extend
-        self.release_ended = Closing(core).release_ended
+        closing = Closing(core)
+        self.release_ended = closing.release_ended
+        self.end_held = closing.end_held
         self.watch_taken = Watch(core).watch_taken
         self.force = commands.force
         self.delete = commands.delete

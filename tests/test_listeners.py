@@ -129,35 +129,33 @@ def of(events: list[Event], kind: type[Any]) -> list[Any]:
     return [event for event in events if isinstance(event, kind)]
 
 
-@pytest.mark.parametrize("kind", list(LISTENERS))
-async def test_a_listener_never_reaches_the_calls_nor_the_renewal(
-    kind: str,
-    make_client: ClientFactory,
-    raw: Redis,
-    name: str,
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """Every event kind goes through the listener: lock() returns, a hold outlives its
-    watchdog lease by the renewal, every call behaves as without the listener, and a
-    recorder added after it gets every event."""
-    client = make_client(watchdog_timeout=WATCHDOG)
-    other = make_client()
-    make, raising = LISTENERS[kind]
-    listener = make(client)
-    client.add_listener(listener)
+EVENT_KINDS: tuple[type[Event], ...] = (
+    Acquired,
+    Waiting,
+    AcquireFailed,
+    RenewalRound,
+    Reconnected,
+    Released,
+    Lost,
+)
+
+
+async def _through_every_event(
+    client: aiolock.Client, other: aiolock.Client, raw: Redis, name: str
+) -> list[Event]:
+    """Make ``client`` emit every event kind, checking each call behaves as it should;
+    what a recorder added last got."""
     events: list[Event] = []
     client.add_listener(events.append)
     lock = client.lock(name)
-    caplog.set_level(logging.ERROR, logger="aiolock")
-
     await lock.lock()  # Acquired: returns, holding
     assert await lock.hold_count() == 1
     # Another task of the client: Waiting, then AcquireFailed (timeout).
     assert not await asyncio.create_task(client.lock(name).try_lock(wait=0.01))
-    # Held past its lease by the renewal task alone: rounds go on after the first.
+    # Held past its lease by the renewal task alone: rounds go on, for over WATCHDOG.
     rounds = len(of(events, RenewalRound))
     await wait_until(
-        lambda: len(of(events, RenewalRound)) >= rounds + 4, what="renewal rounds go on"
+        lambda: len(of(events, RenewalRound)) >= rounds + 5, what="renewal rounds go on"
     )
     assert not await other.lock(name).try_lock(wait=0)
     assert await lock.is_held_by_current_task()
@@ -170,15 +168,68 @@ async def test_a_listener_never_reaches_the_calls_nor_the_renewal(
     assert await other.lock(name).force_unlock()
     with pytest.raises(aiolock.LockLostError):
         await lock.unlock()  # Lost
-
-    for event_kind in (Acquired, Waiting, AcquireFailed, RenewalRound, Reconnected, Released):
+    for event_kind in EVENT_KINDS:
         assert of(events, event_kind), f"the recorder got no {event_kind.__name__}"
-    assert of(events, Lost)
-    errors = [r for r in caplog.records if "event listener" in r.getMessage()]
+    return events
+
+
+def _listener_errors(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "event listener" in r.getMessage()]
+
+
+@pytest.mark.parametrize("kind", list(LISTENERS))
+async def test_a_listener_never_reaches_the_calls_nor_the_renewal(
+    kind: str,
+    make_client: ClientFactory,
+    raw: Redis,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Every event kind goes through the listener: lock() returns, a hold outlives its
+    watchdog lease by the renewal, every call behaves as without the listener, and a
+    recorder added after it gets every event."""
+    client = make_client(watchdog_timeout=WATCHDOG)
+    make, raising = LISTENERS[kind]
+    client.add_listener(make(client))
+    caplog.set_level(logging.ERROR, logger="aiolock")
+    await _through_every_event(client, make_client(), raw, name)
     if raising:
-        assert errors, "the listener's error was not logged"
+        assert _listener_errors(caplog), "the listener's error was not logged"
     else:
-        assert not errors
+        assert not _listener_errors(caplog)
+
+
+@pytest.mark.parametrize("event_kind", EVENT_KINDS, ids=lambda k: k.__name__)
+async def test_an_unhashable_listener_failing_on_one_event_kind(
+    event_kind: type[Event],
+    make_client: ClientFactory,
+    raw: Redis,
+    name: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Review-4 s5 as reported: a stateful (unhashable) listener that fails on one kind of
+    event only (RenewalRound has no ``name``): its first error there is logged, and the
+    calls and the renewal go on."""
+
+    @dataclasses.dataclass
+    class PerName:
+        counts: dict[str, int] = dataclasses.field(default_factory=dict)
+
+        def __call__(self, event: Event) -> None:
+            if isinstance(event, event_kind):
+                raise Bug(f"fails on {event_kind.__name__}")
+            self.counts[type(event).__name__] = self.counts.get(type(event).__name__, 0) + 1
+
+    client = make_client(watchdog_timeout=WATCHDOG)
+    listener = PerName()
+    client.add_listener(listener)
+    caplog.set_level(logging.ERROR, logger="aiolock")
+    await _through_every_event(client, make_client(), raw, name)
+    errors = _listener_errors(caplog)
+    assert errors
+    assert f"raised on {event_kind.__name__}" in errors[0].getMessage()
+    assert event_kind.__name__ not in listener.counts
+    client.remove_listener(listener)  # an unhashable listener is removed as any other
 
 
 async def test_an_async_listener_is_refused(make_client: ClientFactory) -> None:

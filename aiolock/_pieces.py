@@ -22,6 +22,7 @@ from ._engine.ordering import CallOrder
 from ._engine.renewal import RenewalService
 from ._engine.services import Services
 from ._engine.waiting import WaitingRoom
+from ._net.acked import AckedTransport
 from ._net.cluster import Address, Cluster, Connector
 from ._net.cluster_pubsub import ClusterPubSub
 from ._net.pubsub import Dispatcher
@@ -136,7 +137,7 @@ def build_pieces(
             sentinel = SentinelWatch(pool, on_switch, background.spawn, connected_to)
             # Its connections find the primary by asking every sentinel at once.
             make_connection = sentinel.connections(make_connection)
-        transport = CommandTransport(
+        transport = AckedTransport(
             make_connection,
             deadline=deadline,
             on_open=None if sentinel is None else sentinel.start,

@@ -47,6 +47,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from .._exceptions import ClientClosedError
+from .acked import AckedTransport
 from .resp import pack
 from .transport import CommandTransport
 
@@ -239,7 +240,7 @@ class Cluster:
     def _node(self, address: Address) -> _Node:
         node = self._nodes.get(address)
         if node is None:
-            transport = CommandTransport(
+            transport = AckedTransport(
                 self._connector(*address), deadline=self._deadline, events=self._events
             )
             node = self._nodes[address] = _Node(address, transport)

@@ -32,6 +32,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from .acked import acks_of
 from .lua_source import read_script
 from .resp import pack, pack_script
 from .transport import RetiredError
@@ -258,11 +259,8 @@ class ScriptRunner:
     ) -> tuple[Any, int | None]:
         """``run()``, then how many replicas acknowledged it (None: none asked for).
 
-        The WAIT goes in the same write, on the connection that ran the script, so it
-        waits for that very write. It holds back the replies behind it on that connection
-        until the replicas answer or its timeout passes: so that connection is the
-        server's second one (``CommandTransport.acks``), and the renewals and releases on
-        the first never wait behind a WAIT.
+        The WAIT goes in the same write, on the server's second connection (``acked.py``):
+        it waits for that very write, and holds back no renewal or release.
         """
         wait = self._wait
         if wait is None:
@@ -270,8 +268,8 @@ class ScriptRunner:
         command = script.packed(keys, args)
 
         async def send(to: _Target) -> tuple[Any, int]:
-            main, asking = to
-            transport = main.acks()
+            transport, asking = to
+            transport = acks_of(transport)
             batch = [_ASKING, command, wait] if asking else [command, wait]
             replies = await transport.call_many(batch)
             if isinstance(replies[-2], NoScriptError):

@@ -23,9 +23,7 @@ a future to the queue of replies expected and writes; replies resolve the future
 - **Fork**: in a forked child the inherited connection is never written (``wire.py``); a
   call raises ``RuntimeError`` instead.
 - An error reply fails only its own caller. Nothing blocking (BLPOP, WAIT without a bound)
-  is ever sent here: it would hold up every call behind it. A bounded WAIT (``replica_acks``)
-  goes on the connection's sibling (``acks()``), to the same server, so that no renewal or
-  release ever queues behind one.
+  is ever sent here: it would hold up every call behind it.
 """
 
 from __future__ import annotations
@@ -202,8 +200,6 @@ class CommandTransport:
         self._retired: str | None = None
         #: Connections opened so far (the first one included).
         self.connects = 0
-        # The sibling for calls followed by a WAIT (``acks()``), made when first needed.
-        self._acks: CommandTransport | None = None
 
     # -- calls ----------------------------------------------------------------------------
 
@@ -473,26 +469,6 @@ class CommandTransport:
         wire = self._wire
         if wire is not None:
             wire.close(exc)
-        if self._acks is not None:
-            self._acks.reset(exc)
-
-    def acks(self) -> CommandTransport:
-        """The connection for writes followed by a WAIT: a second one to the same server.
-
-        A WAIT holds back every reply behind it on its connection, up to its timeout, and
-        WAITs queued one behind another add up: a renewal behind them let a healthy
-        primary's hold expire while one replica was frozen. Here they hold back only each
-        other. Closed and reset with this one.
-        """
-        acks = self._acks
-        if acks is None:
-            acks = self._acks = CommandTransport(
-                self._make_connection, deadline=self._deadline, limit=self._limit
-            )
-            if self.closed:
-                acks.closed = True
-                acks._retired = self._retired
-        return acks
 
     async def aclose(self, why: str | None = None) -> None:
         """Fail whatever is still queued, close the connection and forget it.
@@ -514,8 +490,6 @@ class CommandTransport:
         self._fail_all(self._closed_error())
         while self._ended:
             await self._ended.pop().dispose()
-        if self._acks is not None:
-            await self._acks.aclose(why)
 
     def _closed_error(self) -> Exception:
         if self._retired is not None:

@@ -14,10 +14,11 @@ import asyncio
 import pytest
 
 import aiolock
+from aiolock.testing import start_local_server
 
 from .clusters import names_on_every_primary
 from .freezing import frozen
-from .helpers import wait_until
+from .helpers import quiesce, wait_until
 from .topologies import primary_and_replicas, redis_cluster
 
 # Safety net only: every wait ends on an event or on Redis state.
@@ -102,3 +103,40 @@ async def test_a_frozen_replica_never_holds_up_the_renewal(uid: str) -> None:
             await held.unlock()
         finally:
             await client.aclose()
+
+
+@pytest.mark.parametrize("wait", [0.0, 0.3])
+async def test_a_call_with_a_wait_returns_within_it_on_a_frozen_server(
+    uid: str, wait: float
+) -> None:
+    """A server that stops answering (SIGSTOP) while the client is connected: try_lock and
+    acquired() with a ``wait`` return within it plus the stated cut-off (0.5 s), not after
+    the connection's timeouts and retries (20 s on a frozen cluster shard, issue 36 b3).
+    Once the server answers again, what the cut-off attempt took is given back: the lock
+    is free for another client."""
+    server = start_local_server()
+    client = aiolock.Client.from_url(server.url)
+    other = aiolock.Client.from_url(server.url)
+    try:
+        lock = client.lock(f"{uid}:x")
+        assert await lock.try_lock(wait=0)  # connected, scripts loaded
+        await lock.unlock()
+        server.pause()
+        try:
+            # The outer bound is a safety net far above wait + 0.5 s, far below the 30 s
+            # this connection's (unset) socket timeout would allow.
+            async with asyncio.timeout(LIMIT / 2):
+                assert not await lock.try_lock(wait=wait)
+                with pytest.raises(aiolock.LockTimeoutError):
+                    async with lock.acquired(wait=wait):
+                        pass
+        finally:
+            server.resume()
+        await quiesce(client)
+        rival = other.lock(f"{uid}:x")
+        assert await rival.try_lock(wait=LIMIT)
+        await rival.unlock()
+    finally:
+        await client.aclose()
+        await other.aclose()
+        server.close()

@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +35,31 @@ if TYPE_CHECKING:
     from .primitive import Primitive
     from .waiting import Waiter
 
-__all__ = ("Acquirer",)
+__all__ = ("CUT_OFF", "Acquirer")
+
+# How long past its wait an acquire may last (seconds) before its round trip under way is
+# cut off: one round trip and a connect on a loaded machine. Without it a call waited for
+# a server that stopped answering as long as the connection's timeouts and retries allowed
+# (a frozen cluster shard: 20 s for try_lock(wait=1)).
+CUT_OFF = 0.5
+
+
+async def _bounded(call: Coroutine[Any, Any, bool], bound: float) -> bool:
+    """``call``'s result, or False once ``bound`` seconds have passed.
+
+    Cut off, the call is cancelled as by a caller's ``asyncio.timeout``: its engine undoes
+    what its attempt may have taken (now, or once the server answers again). Its deadline
+    ends it first whenever the server answers, so this only cuts off a round trip that
+    is not answered in time. An outer cancel still raises CancelledError.
+    """
+    scope = asyncio.timeout(bound)
+    try:
+        async with scope:
+            return await call
+    except TimeoutError:
+        if scope.expired():
+            return False
+        raise
 
 
 class Acquirer(Part):
@@ -45,7 +70,7 @@ class Acquirer(Part):
         self._attempts = attempts
         self._releases = releases
 
-    async def acquire(
+    def acquire(
         self,
         p: Primitive,
         owner: str | None,
@@ -54,12 +79,30 @@ class Acquirer(Part):
         *,
         receipt: list[int] | None = None,
         timed: bool = False,
-    ) -> bool:
+        bounded: bool = True,
+    ) -> Coroutine[Any, Any, bool]:
         """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
 
         ``receipt``: the acquisition's token is appended to it (a fenced lock's).
         ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
+        With a ``wait``, the call returns within it plus ``CUT_OFF`` whatever the server
+        does (``_bounded``), unless not ``bounded``: a composite's member, whose call its
+        composite bounds (side by side in one task, where a timeout scope of its own
+        would cancel the whole task).
         """
+        call = self._acquire(p, owner, wait, lease, receipt=receipt, timed=timed)
+        return call if wait is None or not bounded else _bounded(call, wait + CUT_OFF)
+
+    async def _acquire(
+        self,
+        p: Primitive,
+        owner: str | None,
+        wait: float | None,
+        lease: float | None,
+        *,
+        receipt: list[int] | None,
+        timed: bool,
+    ) -> bool:
         started = monotonic()
         mark, task = self._core.call_starts()
         # One coroutine for the whole call (no inner one per acquire): its body is inline.

@@ -105,8 +105,15 @@ async def ask(
 async def try_member(
     member: LockHandle, wait: float | None, lease: float | None, *, timed: bool
 ) -> bool:
-    """``member.try_lock(wait, lease)`` (checked already), timed for a guarded hold."""
-    return await member._acquire(wait, lease, timed=timed)
+    """``member.try_lock(wait, lease)`` (checked already), timed for a guarded hold.
+
+    Straight to the engine, not bounded there: the composite bounds its members' calls
+    itself (a timeout scope of the member's own would cancel the task every member runs
+    in, side by side).
+    """
+    return await member._engine.acquire(
+        member._p, member._owner, wait, lease, timed=timed, bounded=False
+    )
 
 
 def took(tried: Side[bool]) -> bool:

@@ -656,3 +656,30 @@ async def test_unlock_cancelled_at_every_iteration_still_releases_every_member(
     else:
         raise AssertionError("the unlock never completed before its cancel")
     assert k > 2
+
+
+async def test_redlock_members_tried_at_once_share_the_whole_validity(
+    proxy: FaultProxy, client: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """The first round tries every member at once: each try may take the whole validity,
+    not a third of it as if they were asked one after another. One member held by someone
+    else, one 0.4 s away: the majority (near + far) answers in 0.4 s, well within a 1 s
+    lease; cut at (1 s - drift) / 3 = 0.33 s the far try never counted, and the RedLock
+    was never acquired (issue 36 b8)."""
+    # Through the proxy with the default timeouts (a 0.4 s reply is no fault).
+    proxied = aiolock.Client.from_url(proxy.url)
+    try:
+        near = client.lock(f"{name}:a")
+        far = proxied.lock(f"{name}:b")
+        busy = client.lock(f"{name}:c", owner="busy")
+        await busy.lock()
+        assert await far.try_lock(wait=0)  # connected, its script loaded
+        await far.unlock()
+        red = aiolock.RedLock(near, far, client.lock(f"{name}:c"))
+        with proxy.delay(0.4):
+            assert await red.try_lock(wait=3, lease=1.0)
+            assert far.statistics().hold_count == near.statistics().hold_count == 1
+            await red.unlock()
+        await busy.unlock()
+    finally:
+        await proxied.aclose()

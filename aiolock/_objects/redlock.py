@@ -37,15 +37,19 @@ class RedLock(Composite):
     members not free are waited for one after another in a fixed order (as a MultiLock
     does, so that two tasks never wait for each other's members in a circle), each for
     its share of the time left (of the wait and of the validity, split evenly among the
-    members; 1.5 s when neither bounds it). A member whose server fails, or does not
-    answer within its share, counts as one not taken: its call is cancelled, and whatever
-    it took is undone once the server answers. Without a majority, every member taken is
-    given back and, within ``wait``, it tries again. The queries ask the
-    members at once and count one that fails or does not answer within 1.5 s as not held
-    (the RedLock is held while a majority answers held, which returns as soon as it
-    does); an unlock waits 1.5 s at most for a member, whose release then finishes in the
-    background. The members should be locks of clients on independent servers (the same
-    name on each); on one server a RedLock is just a slower lock.
+    members; 1.5 s when neither bounds it); the tries at once share the whole time left
+    (side by side, a majority answers within one round trip). A member whose server
+    fails, or does not answer within its time, counts as one not taken: its call is
+    cancelled, and whatever it took is undone once the server answers. Without a
+    majority, every member taken is given back and, within ``wait``, it tries again. The
+    queries ask the members at once and count one that fails or does not answer within
+    1.5 s as not held (the RedLock is held while a majority answers held, which returns
+    as soon as it does); an unlock waits 1.5 s at most for a member, whose release then
+    finishes in the background. The members should be locks of clients on independent
+    servers (the same name on each); on one server a RedLock is just a slower lock.
+    Redlock assumes a member's server never forgets a hold early: one restarted empty
+    (no persistence) within a lease can grant its member again (see guarantees.md,
+    restarts).
     """
 
     __slots__ = ()
@@ -58,24 +62,27 @@ class RedLock(Composite):
         return count // 2 + 1
 
     def _call_of(self, left: Left, *, at_once: bool) -> tuple[float | None, float | None]:
-        # Each member gets an equal share of the time left (of the wait and of the
-        # validity, whichever is shorter), so that one busy, slow or hung server does not
-        # eat the time the others need: the Redlock algorithm's per-server timeout. The
-        # tries at once wait for nobody: a majority free is taken at once, whoever holds
-        # the rest; then each member in turn waits for its lock for its share.
+        if at_once:
+            # The tries at once wait for no lock and run side by side: together they
+            # take one round trip, the slowest majority's, so they share the whole time
+            # left (as a MultiLock's do), not a 1/N slice each as if asked one after
+            # another. A hung server still costs no more than the validity or the wait.
+            if left.wait is None and left.valid is None:
+                return 0.0, UNBOUNDED_CALL
+            return super()._call_of(left, at_once=True)
+        # In turn, each member gets an equal share of the time left (of the wait and of
+        # the validity, whichever is shorter), so that one busy, slow or hung server does
+        # not eat the time the others need: the Redlock algorithm's per-server timeout.
+        # Each member in turn waits for its lock for its share.
         limits = [time / left.members for time in (left.wait, left.valid) if time is not None]
         share = min(limits) if limits else None
         if share is None:
             # Neither a wait nor a lease: no time runs out, but a hung server must not
             # hold the round up for good, nor a member held long keep the others from
             # being tried: Redisson's RedLock allows 1.5 s a member, as here.
-            if at_once:
-                return 0.0, UNBOUNDED_CALL
             share = UNBOUNDED_CALL
-        wait = 0.0 if at_once else share
-        # Beyond its own wait, a member's round trip gets the rest of its share, and at
-        # least the minimum any call needs.
-        return wait, wait + max(share - wait, MIN_CALL)
+        # Beyond its wait, a member's round trip gets the minimum any call needs.
+        return share, share + MIN_CALL
 
     async def _take(
         self, member: LockHandle, wait: float | None, lease: float | None, *, timed: bool

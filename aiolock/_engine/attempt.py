@@ -26,6 +26,7 @@ from .primitive import Call
 from .replies import AcquireReply, script_error
 
 if TYPE_CHECKING:
+    from .holds import Expiry, Hold
     from .ordering import Ticket
     from .primitive import Invocation, Primitive
 
@@ -68,14 +69,7 @@ class Attempts(Part):
             # A hold known lost counts for nothing: the server no longer has it.
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._core.request_id())
-            # The lease runs at least until the send time plus the lease (the guard's
-            # confirmation): taken before the call, which may queue for a connection. Only
-            # where a guarded hold relies on it: a plain lock() spares itself the clock.
-            sent = (
-                asyncio.get_running_loop().time()
-                if call.timed or (hold is not None and hold.guards)
-                else None
-            )
+            sent, pending = _send_time(call, hold)
             invocation = p.acquire(call, target, tombstone)
             # Sent here, its reply's future awaited here (no coroutine of the runner's or
             # of _sent's per attempt); a failed send is taken up by _resent.
@@ -93,19 +87,26 @@ class Attempts(Part):
                     raw, acked = await self._resent(call, invocation, exc)
                 reply = AcquireReply.decode(raw)
             except BaseException as exc:
+                _unsettled(pending)
                 error = self._unanswered(p, call, exc, ticket, target=target, tombstone=tombstone)
                 if error is not None:
                     raise error from exc
                 raise
-            if reply.acquired and acked is not None and acked < self.settings.replica_acks:
+            short = reply.acquired and acked is not None and acked < self.settings.replica_acks
+            if not reply.acquired or reply.stale or short:
+                _unsettled(pending)
+                pending = None
+            if short:
                 # Taken on a primary whose replicas may not have it: a failover now could
                 # lose it unnoticed. Give it back (in turn, to the end even if the caller
                 # is cancelled meanwhile), then say so.
                 giving_back = self._undo(p, call, reply.count, tombstone)
                 await self._s.background.shielded(in_turn(ticket, giving_back))
-                settings = self.settings
                 raise ReplicaAckError(
-                    p.name, acked, settings.replica_acks, settings.replica_ack_timeout
+                    p.name,
+                    acked or 0,
+                    self.settings.replica_acks,
+                    self.settings.replica_ack_timeout,
                 )
             if not reply.stale or cancel_requested(call.caller, call.mark) or self._core.closed:
                 break
@@ -113,9 +114,10 @@ class Attempts(Part):
         caller = call.caller
         # cancel_requested(), inline: asked on every attempt.
         if self._core.closed or (caller is not None and caller.cancelling() > call.mark):
+            _unsettled(pending)
             self._cut_short(p, call, reply, ticket, target=target, tombstone=tombstone)
         if reply.acquired:
-            self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent)
+            self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent, pending=pending)
             return reply
         ticket.release()
         return reply
@@ -176,16 +178,19 @@ class Attempts(Part):
         tombstone: str,
         *,
         sent: float | None,
+        pending: tuple[Hold, Expiry] | None,
     ) -> None:
         """Record the hold an attempt took, and end the holder's turn."""
         if call.receipt is not None and reply.token is None:
             # A fenced acquisition always takes a token: one answered without any (its
             # counter deleted by hand between a send and its resend) is given back, in
             # turn, and never returned as held.
+            _unsettled(pending)
             self._undo_later(p, ticket, call, reply.count, tombstone)
             raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
         try:
-            self._core.won(p, call, reply.count, token=reply.token, sent=sent)
+            expiry = None if pending is None else pending[1]
+            self._core.won(p, call, reply.count, token=reply.token, sent=sent, expiry=expiry)
         finally:
             ticket.release()
 
@@ -291,7 +296,19 @@ class Attempts(Part):
             # Built in turn: the lease it re-applies depends on the holds left by then.
             hold = self._s.holds.get(p.key, call.field)
             reapply = hold.reapply_ms(self.settings.lease_ms) if hold else self.settings.lease_ms
-            await self._s.runner.run(*p.rollback(call, target, tombstone, reapply))
+            # Holds left get that lease again, perhaps shorter than the one a guarded hold
+            # has confirmed: bracketed (whether it re-applied is not told: never raised).
+            expiry = (
+                hold.expiry_sent(asyncio.get_running_loop().time() + reapply / 1000)
+                if hold is not None and hold.guards
+                else None
+            )
+            try:
+                await self._s.runner.run(*p.rollback(call, target, tombstone, reapply))
+            finally:
+                if expiry is not None:
+                    assert hold is not None
+                    hold.expiry_settled(expiry, applied=False)
 
         await self._core.until_answered(f"undo an acquire of lock {p.name!r}", undo, call.lease_ms)
 
@@ -315,3 +332,27 @@ class Attempts(Part):
             lambda: self._s.runner.run(*invocation),
             lives_ms,
         )
+
+
+def _send_time(call: Call, hold: Hold | None) -> tuple[float | None, tuple[Hold, Expiry] | None]:
+    """An attempt's send time, where a guarded hold relies on it, and its expiry ticket.
+
+    The lease runs at least until the send time plus the lease (the guard's confirmation):
+    taken before the call, which may queue for a connection. Only where a guarded hold
+    relies on it: a plain lock() spares itself the clock. A re-entry of a guarded hold
+    may set a shorter lease than the one confirmed: its expiry is bracketed
+    (``holds.Hold.expiry_sent``).
+    """
+    if not call.timed and (hold is None or not hold.guards):
+        return None, None
+    sent = asyncio.get_running_loop().time()
+    if hold is None:
+        return sent, None
+    return sent, (hold, hold.expiry_sent(sent + call.lease_ms / 1000))
+
+
+def _unsettled(pending: tuple[Hold, Expiry] | None) -> None:
+    """An attempt's expiry ticket, settled without an answer that it applied."""
+    if pending is not None:
+        hold, expiry = pending
+        hold.expiry_settled(expiry, applied=False)

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from .._events import Emitter
     from .affinity import Affinity
     from .holders import HolderIds
-    from .holds import Hold
+    from .holds import Expiry, Hold
     from .primitive import Call, Primitive
     from .services import Services
 
@@ -176,12 +176,14 @@ class Core:
         lease_ms: int | None = None,
         token: int | None = None,
         sent: float | None = None,
+        expiry: Expiry | None = None,
         announce: bool = True,
     ) -> None:
         """Record the holder's ``count`` holds; ``lease_ms`` overrides the call's lease.
 
         ``token``: what the acquisition took (a fenced lock's), for the call's receipt.
-        ``sent``: when the call that took it (with ``call.lease_ms``) was sent.
+        ``sent``: when the call that took it (with ``call.lease_ms``) was sent;
+        ``expiry``: its ticket, when it was sent for a hold already recorded.
         ``announce``: the call acquired the lock (an ``Acquired`` event, the slow-wait
         log); not for holds merely found on the server.
         """
@@ -209,6 +211,7 @@ class Core:
             kind=kind,
             extra=extra,
             confirmed=confirmed,
+            expiry=expiry,
         )
         hold.primitive = p
         if announce:

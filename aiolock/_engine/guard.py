@@ -1,25 +1,28 @@
 """Guarded holds: a body that runs only while its lock is known to be held.
 
-``lock.guarded()`` takes the lock and runs its body in a cancel scope (the stdlib's
-``asyncio.timeout(None)``, rescheduled to "now" at the moment of loss: it uncancels what it
-caused, so a cancel from outside still wins and nested scopes behave). The body is
-cancelled, and the block raises ``LockLostError``, when
+``lock.guarded()`` takes the lock and runs its body in the calling task; at the moment of
+loss the guard cancels that task directly (and takes that cancel back at the block's exit,
+as ``asyncio.timeout()`` does, so a cancel from outside still wins and nested scopes
+behave). The body is cancelled, and the block raises ``LockLostError``, when
 
 * the hold is found gone or taken: the renewal's answer, a force_unlock() of this client,
   a later acquire finding a stale count; the hold registry tells each guarded hold
   watching a lost record at once (``holds.HoldRegistry.mark_lost``); or
-* the hold can no longer be *confirmed*: each record carries ``confirmed``, the send time
-  of the last answered acquire or renewal plus the lease it set (``core.Core.won``,
-  ``renewal._renew_kind``). The server set that lease after the send, so it runs at least
-  until then. At ``confirmed_until`` (that, less the drift margin) with no newer answer,
-  the body is cancelled: a holder cut off from Redis stops before anyone else can take
-  the lock.
+* the hold can no longer be *confirmed*: each record carries ``confirmed``, a lower bound
+  of its key's expiry on the server. Every call that sets that expiry (an acquire or
+  re-entry, ``extend()``, a renewal, an unlock's or rollback's re-applied lease) lowers it
+  at its send to its send time plus its lease, and sets it from its answer
+  (``holds.Hold.expiry_sent``): the server set that lease after the send, so it runs at
+  least until then, and a shorter lease moves the deadline earlier at once. At
+  ``confirmed_until`` (that, less the drift margin) with no newer answer, the body is
+  cancelled: a holder cut off from Redis stops before anyone else can take the lock.
 
-Data flows handle -> guard <- renewal: the handle builds a :class:`Hold` over the
-records its acquire made; the renewal and the engine only write the records' plain
-fields; the guard reads them when its timer fires. ONE timer per client (``Guard``): a
-heap of guarded deadlines and one ``loop.call_at`` for the earliest, re-read lazily when it
-fires (a renewal moved most of them on by then), so a renewal costs the guard nothing.
+Data flows handle -> guard <- records: the handle builds a :class:`Hold` over the records
+its acquire made; the engine and the renewal write the records, which tell their guarded
+holds when a confirmation moves earlier. ONE timer per client (``Guard``): a heap of
+guarded deadlines and one ``loop.call_at`` for the earliest, re-read lazily when it fires
+(a renewal moved most of them on by then), so a renewal that confirms later costs the
+guard nothing.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ class Hold:
     """
 
     __slots__ = (
-        "_caps",
+        "_cancelled",
         "_ended",
         "_guards",
         "_left",
@@ -82,7 +85,8 @@ class Hold:
         "_need",
         "_over",
         "_records",
-        "_scope",
+        "_soon",
+        "_task",
         "_until",
         "_why",
         "token",
@@ -93,25 +97,25 @@ class Hold:
         records: Sequence[HoldRecord | None],
         *,
         need: int,
-        leases: Sequence[float | None],
         margin: float,
         guards: Sequence[Guard],
         token: int | None = None,
     ) -> None:
-        # Per member: its record (None: not taken, a RedLock's minority) and the end of an
-        # explicit lease (inf: the watchdog renews it), which no renewal moves.
+        # Per member: its record (None: not taken, a RedLock's minority). Each record's
+        # ``confirmed`` is a lower bound of its key's expiry, whatever set it last (an
+        # acquire, a re-entry, extend(), a renewal, an unlock's re-applied lease).
         self._records = list(records)
-        self._caps = [
-            math.inf if lease is None or record is None else record.confirmed
-            for record, lease in zip(records, leases, strict=True)
-        ]
         self._need = need
         self._margin = margin
         self._guards = list(dict.fromkeys(guards))
         self.token = token
         self._why: str | None = None
         self._until = self._compute_until()
-        self._scope: asyncio.Timeout | None = None
+        # The body's task (set by arm()), whether this hold cancelled it, and a cancel
+        # scheduled from within that task itself (see _fire).
+        self._task: asyncio.Task[Any] | None = None
+        self._cancelled = False
+        self._soon: asyncio.Handle | None = None
         self._ended = asyncio.Event()
         # Set once the body has left its block (whose exit started the release).
         self._left = asyncio.Event()
@@ -163,8 +167,8 @@ class Hold:
         """The ``need``-th latest confirmation among the members still held, less the margin."""
         times = sorted(
             (
-                min(record.confirmed, cap)
-                for record, cap in zip(self._records, self._caps, strict=True)
+                record.confirmed
+                for record in self._records
                 if record is not None and record.lost is None
             ),
             reverse=True,
@@ -176,9 +180,35 @@ class Hold:
     def member_lost(self, why: str) -> None:
         """A member's record was found lost (the registry calls this)."""
         if self._why is None and not self._over and self._alive() < self._need:
-            self.lose(why)
+            self._lose(why)
 
-    def lose(self, why: str) -> None:
+    def confirmation_moved(self, until: float, *, earlier: bool) -> None:
+        """A member's confirmation was set to ``until``; ``earlier``: it moved earlier.
+
+        The drift margin grows with a longer lease (an ``extend()``). Earlier (a shorter
+        lease was set), the guard's timer, armed for the old deadline, is re-armed now; a
+        deadline already past (a lease shortened below the time the body has run) ends
+        the body at once.
+        """
+        if self._why is not None or self._over:
+            return
+        margin = drift_margin(until - asyncio.get_running_loop().time())
+        if margin > self._margin:
+            self._margin, earlier = margin, True
+        if earlier:
+            self._rearm()
+
+    def _rearm(self) -> None:
+        deadline = self.confirmed_until
+        if self._task is None:
+            return  # not armed yet: arm() reads the deadline
+        if deadline <= asyncio.get_running_loop().time():
+            self._lose(_unconfirmed(self._margin))
+            return
+        for guard in self._guards:
+            guard.rearm(self, deadline)
+
+    def _lose(self, why: str) -> None:
         """The hold is lost: cancel the body now (once)."""
         if self._why is not None or self._over:
             return
@@ -190,23 +220,43 @@ class Hold:
         self._fire()
 
     def _fire(self) -> None:
-        scope = self._scope
-        if scope is not None:
-            # The only reschedule() call: the scope's own callback cancels the body's task
-            # in the next loop iteration, and its exit tells that cancel from any other.
-            scope.reschedule(asyncio.get_running_loop().time())
+        task = self._task
+        if task is None or self._cancelled:
+            return
+        if task is asyncio.current_task():
+            # Found lost by the body's own call (an extend(), an unlock()): the cancel is
+            # delivered at its next await, and withdrawn should the block end before it.
+            if self._soon is None:
+                self._soon = asyncio.get_running_loop().call_soon(self._cancel_body)
+            return
+        self._cancel_body()
 
-    def arm(self, scope: asyncio.Timeout) -> None:
-        """The body runs in ``scope`` from now on; a loss already found cancels it at once."""
-        self._scope = scope
+    def _cancel_body(self) -> None:
+        # Directly, not through a rescheduled timer: a body parked at an await resumes
+        # with CancelledError, never with its await's result (after a stalled loop both
+        # are ready in the same iteration).
+        self._soon = None
+        task = self._task
+        if task is not None and not self._cancelled and not self._over:
+            self._cancelled = True
+            task.cancel()
+
+    def _arm(self, task: asyncio.Task[Any]) -> None:
+        """The body runs in ``task`` from now on; a loss already found cancels it at once."""
+        self._task = task
         for guard in self._guards:
             guard.watch(self)
         if self._why is not None:
             self._fire()
+        else:
+            # A member's confirmation may have moved earlier before the body began.
+            self._rearm()
 
-    def end(self) -> None:
-        """The body ended: stop watching, let go of the records."""
-        self._scope = None
+    def _end(self) -> bool:
+        """The body ended: stop watching, let go of the records; whether it was cancelled."""
+        if self._soon is not None:
+            self._soon.cancel()
+            self._soon = None
         self._over = True
         for guard in self._guards:
             guard.unwatch(self)
@@ -216,10 +266,15 @@ class Hold:
                 record.guards[:] = [g for g in record.guards if g is not self]
         self._ended.set()
         self._left.set()
+        return self._cancelled
 
-    def deadline(self) -> float:
+    def _deadline(self) -> float:
         """When the body must stop unless confirmed again (-inf: lost)."""
         return self.confirmed_until
+
+
+def _unconfirmed(margin: float) -> str:
+    return f"not confirmed by the server in time: its lease may end {margin * 1000:.0f} ms from now"
 
 
 class Guard:
@@ -247,7 +302,12 @@ class Guard:
             # A new event loop (the first one closed): whatever was scheduled died with it.
             self._loop, self._heap, self._handle, self._armed = loop, [], None, math.inf
         self._watched[hold] = asyncio.current_task()
-        self._push(hold.deadline(), hold)
+        self._push(hold._deadline(), hold)
+
+    def rearm(self, hold: Hold, deadline: float) -> None:
+        """``hold``'s deadline moved earlier, to ``deadline``: fire then."""
+        if hold in self._watched:
+            self._push(deadline, hold)
 
     def unwatch(self, hold: Hold) -> None:
         """Stop watching ``hold`` (its heap entry is skipped when reached)."""
@@ -277,7 +337,7 @@ class Guard:
         """
         tasks = [task for task in self._watched.values() if task is not None]
         for hold in list(self._watched):
-            hold.lose(why)
+            hold._lose(why)
         return tasks
 
     def _push(self, when: float, hold: Hold) -> None:
@@ -301,15 +361,12 @@ class Guard:
             _, _, hold = heapq.heappop(heap)
             if hold not in self._watched:
                 continue
-            deadline = hold.deadline()
+            deadline = hold._deadline()
             if deadline > now:
                 # Confirmed again since it was pushed: watch the new deadline.
                 heapq.heappush(heap, (deadline, next(self._seq), hold))
             else:
-                hold.lose(
-                    "not confirmed by the server in time: its lease may end "
-                    f"{hold._margin * 1000:.0f} ms from now"
-                )
+                hold._lose(_unconfirmed(hold._margin))
         if heap:
             self._arm(heap[0][0])
 
@@ -336,19 +393,23 @@ class Guardable(Protocol):
         """Who holds it, for the error."""
         ...
 
+    def _guard_watch(self, armed: asyncio.Event) -> asyncio.Task[None] | None:
+        """Watch the hold's channel for a forced unlock (``armed``: in place); None: not."""
+        ...
+
 
 class Guarded:
     """``async with lock.guarded(wait, lease) as hold``: see the module docstring."""
 
-    __slots__ = ("_entry", "_hold", "_lease", "_lock", "_scope", "_task", "_wait")
+    __slots__ = ("_entry", "_hold", "_lease", "_lock", "_task", "_wait", "_watch")
 
     def __init__(self, lock: Guardable, wait: float | None, lease: float | None) -> None:
         self._lock = lock
         self._wait = wait
         self._lease = lease
         self._hold: Hold | None = None
-        self._scope: asyncio.Timeout | None = None
         self._task: asyncio.Task[Any] | None = None
+        self._watch: asyncio.Task[None] | None = None
         self._entry = 0
 
     async def __aenter__(self) -> Hold:
@@ -361,12 +422,22 @@ class Guarded:
         task = asyncio.current_task()
         assert task is not None  # the acquire ran in one
         # No await from the acquire's answer to here: nothing can come in between.
-        scope = asyncio.timeout(None)
-        await scope.__aenter__()
-        self._hold, self._scope, self._task = hold, scope, task
+        self._hold, self._task = hold, task
         # Cancel requests left over from before (a TaskGroup's, Python 3.11) are not ours.
         self._entry = task.cancelling()
-        hold.arm(scope)
+        hold._arm(task)
+        armed = asyncio.Event()
+        self._watch = self._lock._guard_watch(armed)
+        if self._watch is not None:
+            # The body begins once the watch of its channel is in place (a round trip on
+            # the pub/sub connection, see _engine/watch.py): from then on a force ends it
+            # on the unlock message itself, before the next holder's acquire is answered.
+            try:
+                await armed.wait()
+            except BaseException as exc:
+                # Lost meanwhile (LockLostError), or cancelled: the block ends here.
+                await self.__aexit__(type(exc), exc, exc.__traceback__)
+                raise
         return hold
 
     async def __aexit__(
@@ -375,27 +446,22 @@ class Guarded:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        hold, scope, task = self._hold, self._scope, self._task
+        hold, task, watch = self._hold, self._task, self._watch
         assert hold is not None
-        assert scope is not None
         assert task is not None
+        if watch is not None:
+            # It ends by itself (its subscription given back); its own release's message
+            # is not a force (the hold is releasing, then gone).
+            watch.cancel()
+            self._watch = None
         lost = hold.why
-        hold.end()
-        ours = False
-        try:
-            await scope.__aexit__(exc_type, exc, tb)
-        except TimeoutError:
-            # The scope cancelled the body and no other cancel came: the loss did.
-            ours = True
-        if (
-            not ours
-            and scope.expired()
+        # The cancel the loss caused (if any) is taken back, as asyncio.timeout() does: a
+        # CancelledError with no other request pending was ours, and becomes the loss.
+        ours = (
+            hold._end()
+            and task.uncancel() <= self._entry
             and isinstance(exc, asyncio.CancelledError)
-            and task.cancelling() <= self._entry
-        ):
-            # Python 3.11's scope converts only with no cancel request at all (uncancel()
-            # == 0): with requests left over from before the block, decide as 3.12 does.
-            ours = True
+        )
         if lost is None:
             # As at the end of `async with lock:`: a failed release is a note on the
             # body's exception, or ReleaseError after a body that raised nothing.
@@ -428,14 +494,7 @@ def guarded_hold(
         (lease if lease is not None else guard.lease)
         for lease, guard in zip(leases, guards, strict=True)
     )
-    return Hold(
-        records,
-        need=need,
-        leases=leases,
-        margin=drift_margin(longest),
-        guards=guards,
-        token=token,
-    )
+    return Hold(records, need=need, margin=drift_margin(longest), guards=guards, token=token)
 
 
 async def _all_set(events: list[asyncio.Event]) -> bool:

@@ -23,12 +23,24 @@ if TYPE_CHECKING:
 
     from ..events import Kind
 
-__all__ = ("Hold", "HoldRegistry")
+__all__ = ("Expiry", "Hold", "HoldRegistry")
 
 # Past this many holds of ended tasks remembered, those whose lease ran out are forgotten.
 _ENDED_PRUNE = 1000
 
 log = logging.getLogger("aiolock")
+
+
+class Expiry:
+    """One call in flight that sets a hold's expiry (``Hold.expiry_sent``)."""
+
+    __slots__ = ("floor", "until")
+
+    def __init__(self, until: float) -> None:
+        #: Its send time plus the lease it sets: the expiry runs at least until then.
+        self.until = until
+        #: The earliest ``until`` of this call and every call overlapping it.
+        self.floor = until
 
 
 @dataclass(eq=False, slots=True)
@@ -63,12 +75,14 @@ class Hold:
     # The primitive it is a hold of (the engine's ``Primitive``, opaque here): what
     # aclose() needs to release it once its task has ended.
     primitive: Any = dataclasses.field(default=None, repr=False)
-    # Until when (loop.time()) the server keeps it at least: the send time of the last
-    # answered acquire or renewal plus the lease it set (0: not known). The guard reads it.
+    # Until when (loop.time()) the server keeps it at least (0: not known): a lower bound
+    # of the key's expiry, kept by ``expiry_sent``/``expiry_settled`` (see there). The
+    # guard reads it.
     confirmed: float = 0.0
-    # Acquires recorded with a confirmation: a renewal answered after another one was
-    # recorded may have run before that acquire set a shorter lease, and confirms nothing.
-    confirms: int = 0
+    # The calls in flight that set this hold's expiry (see ``expiry_sent``), and the
+    # release's among them (one release of a holder is in flight at a time: its turn).
+    expiring: list[Expiry] = dataclasses.field(default_factory=list, repr=False)
+    reapplying: Expiry | None = dataclasses.field(default=None, repr=False)
     # The guarded holds (``guard.Hold``) watching this one: told at once when it is lost.
     guards: list[Any] | None = dataclasses.field(default=None, repr=False)
     # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
@@ -82,10 +96,68 @@ class Hold:
     # at INFO only.
     slow_logged: bool = False
 
-    def release_begins(self) -> None:
-        """A release of this hold is sent (its end: ``releasing -= 1``)."""
+    def expiry_sent(self, until: float) -> Expiry:
+        """A call that sets this hold's expiry is sent; it runs at least ``until`` (loop time).
+
+        Every call that sets the key's expiry (an acquire or re-entry, ``extend()``, a
+        renewal, an unlock's or a rollback's re-applied lease) is bracketed by this and
+        ``expiry_settled``, so that ``confirmed`` stays a lower bound of the server's
+        expiry whatever order the calls run in: the server runs a call after its send, so
+        the expiry it sets is at least the send time plus its lease (``until``).
+
+        * At the send ``confirmed`` drops to ``until`` if that is earlier: the call may
+          run at any moment from now, and set a shorter lease than the one confirmed.
+        * Its answer sets ``confirmed`` to the earliest ``until`` among this call and every
+          call that overlapped it (in flight at its send, or sent before its answer):
+          whichever of them ran last set the expiry, and no other can have run after it.
+        """
+        expiry = Expiry(until)
+        floor = until
+        for other in self.expiring:
+            floor = min(floor, other.until)
+            other.floor = min(other.floor, until)
+        expiry.floor = floor
+        self.expiring.append(expiry)
+        if until < self.confirmed:
+            self._confirm(until)
+        return expiry
+
+    def expiry_settled(self, expiry: Expiry, *, applied: bool) -> None:
+        """The call of ``expiry`` ended; ``applied``: the server answered that it set it.
+
+        Otherwise (no answer, an error, a call that may have left the expiry as it was)
+        nothing more is learnt: the drop at its send stands.
+        """
+        # By identity: two tickets with equal fields are still two calls.
+        self.expiring[:] = [e for e in self.expiring if e is not expiry]
+        if applied:
+            self._confirm(expiry.floor)
+
+    def _confirm(self, until: float) -> None:
+        earlier = until < self.confirmed
+        self.confirmed = until
+        if self.guards:
+            # Earlier, the guards' timers armed for a later deadline must move now.
+            for guarded in list(self.guards):
+                guarded.confirmation_moved(until, earlier=earlier)
+
+    def release_begins(self, reapply_until: float | None = None) -> None:
+        """A release of this hold is sent (its end: ``release_ends``).
+
+        ``reapply_until``: its send time plus the lease it re-applies should holds remain,
+        for a guarded hold (its expiry is bracketed, see ``expiry_sent``).
+        """
         self.releasing += 1
         self.releases += 1
+        if reapply_until is not None:
+            self.reapplying = self.expiry_sent(reapply_until)
+
+    def release_ends(self, *, kept: bool) -> None:
+        """A release of this hold ended; ``kept``: answered, with holds left (lease re-applied)."""
+        self.releasing -= 1
+        expiry, self.reapplying = self.reapplying, None
+        if expiry is not None:
+            self.expiry_settled(expiry, applied=kept)
 
     @property
     def count(self) -> int:
@@ -184,11 +256,13 @@ class HoldRegistry:
         kind: str = "hash",
         extra: str = "",
         confirmed: float | None = None,
+        expiry: Expiry | None = None,
     ) -> Hold:
         """Record a successful acquisition; ``count`` is the server's count after it.
 
         ``confirmed``: until when the acquire's answer shows the lease runs (its send time
-        plus its lease); None: no new confirmation.
+        plus its lease); None: no new confirmation. ``expiry``: the acquire's ticket when it
+        was sent for a hold already recorded (``Hold.expiry_sent``).
         """
         hold = self._holds.get((key, field))
         if hold is None:
@@ -217,10 +291,11 @@ class HoldRegistry:
             hold.leases = [lease_ms] * (count - 1)
             hold.lost = None
         hold.leases.append(lease_ms)
-        if confirmed is not None:
-            # Set, not raised: the acquire set the lease anew, perhaps shorter than before.
+        if expiry is not None and expiry in hold.expiring:
+            hold.expiry_settled(expiry, applied=True)
+        elif confirmed is not None:
+            # A hold begun by this acquire: nothing else set its expiry meanwhile.
             hold.confirmed = confirmed
-            hold.confirms += 1
         # hold.renewed (it is not lost here), the lease just added first.
         if lease_ms is None or None in hold.leases:
             self._renewal.track(hold)

@@ -90,7 +90,7 @@ class Releases(Part):
                     raise error from exc
                 raise
             if hold is not None:
-                hold.releasing -= 1
+                hold.release_ends(kept=result is Release.KEPT)
             self._settle_offer(p, offer, result)
             try:
                 self._settle_release(p, holder, hold, latch, result)
@@ -120,8 +120,19 @@ class Releases(Part):
         invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
         if hold is not None:
             # While a release is in flight the watchdog may find the key gone: not a loss.
-            hold.release_begins()
+            hold.release_begins(self._reapply_until(hold, reapply))
         return hold, latch, reapply, offer, invocation
+
+    @staticmethod
+    def _reapply_until(hold: Hold, reapply: int) -> float | None:
+        """Until when an unlock's re-applied lease runs at least, for a guarded hold.
+
+        Holds that remain get ``reapply`` ms from the unlock, perhaps shorter than the
+        lease confirmed: the guard must know. A plain hold spares itself the clock.
+        """
+        if not hold.guards:
+            return None
+        return asyncio.get_running_loop().time() + reapply / 1000
 
     def _failed(
         self,
@@ -165,7 +176,7 @@ class Releases(Part):
             return None
         # Refused (a login), or the script failed: nothing was done.
         if hold is not None:
-            hold.releasing -= 1
+            hold.release_ends(kept=False)
         self._settle_offer(p, offer, Release.NOT_HELD)
         ticket.release()
         if isinstance(exc, ResponseError):
@@ -195,7 +206,7 @@ class Releases(Part):
         latch = unlock_latch_key(p.key, self._core.request_id())
         reapply = self._core.reapply_ms(hold)
         if hold is not None:
-            hold.release_begins()
+            hold.release_begins(self._reapply_until(hold, reapply))
         invocation = p.release(field, reapply, latch)
         await self._finish_release(
             p, holder, hold=hold, invocation=invocation, latch=latch, reapply=reapply, offer=None
@@ -228,7 +239,9 @@ class Releases(Part):
             )
         finally:
             if hold is not None:
-                hold.releasing -= 1
+                hold.release_ends(
+                    kept=answered is not None and decode_release(answered[0]) is Release.KEPT
+                )
             if answered is None:
                 self._settle_offer(p, offer, None)
         if answered is None:

@@ -429,11 +429,10 @@ class RenewalService:
             (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
         ]
         # The lease runs at least until this send time plus the lease (the server sets it
-        # later than that): what the answer confirms, for the guard.
-        confirmed = asyncio.get_running_loop().time() + self._lease_ms / 1000
-        # An acquire recorded while the renewal is in flight set the lease itself, perhaps
-        # after it (shorter): the renewal's answer confirms only holds with none.
-        confirms = [[hold.confirms for hold in batch] for batch in batches]
+        # later than that), perhaps shorter than a re-entry's longer lease confirmed: each
+        # hold's expiry is bracketed (holds.Hold.expiry_sent), for the guard.
+        until = asyncio.get_running_loop().time() + self._lease_ms / 1000
+        expiries = [[hold.expiry_sent(until) for hold in batch] for batch in batches]
         # A release in flight when the round is sent, or begun before its answer, may run
         # first on the server and change what the round checks (a read hold's numbers): an
         # answer of "gone" then judges a hold that has changed, and the next round decides.
@@ -442,16 +441,23 @@ class RenewalService:
             replies = await self._runner.run_batch(script, calls)
         except (RedisError, OSError) as exc:
             replies = [exc] * len(calls)
+        except BaseException:
+            # Cancelled in flight: the round may have run, or not.
+            for batch, expiring in zip(batches, expiries, strict=True):
+                for hold, expiry in zip(batch, expiring, strict=True):
+                    hold.expiry_settled(expiry, applied=False)
+            raise
         error: BaseException | None = None
-        for batch, reply, before, released in zip(
-            batches, replies, confirms, releases, strict=True
+        for batch, reply, expiring, released in zip(
+            batches, replies, expiries, releases, strict=True
         ):
             if isinstance(reply, BaseException):
                 error = error or reply
+                for hold, expiry in zip(batch, expiring, strict=True):
+                    hold.expiry_settled(expiry, applied=False)
                 continue
-            for hold, held, count, sent in zip(batch, reply, before, released, strict=True):
-                if int(held) and hold.confirms == count and confirmed > hold.confirmed:
-                    hold.confirmed = confirmed
+            for hold, held, expiry, sent in zip(batch, reply, expiring, released, strict=True):
+                hold.expiry_settled(expiry, applied=bool(int(held)))
                 # An unlock in flight, at the send or since, may already have deleted the
                 # key or one of its read holds: not a loss.
                 if (

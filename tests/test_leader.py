@@ -181,17 +181,12 @@ async def test_unlock_message_before_the_barrier_does_not_end_the_term(
 ) -> None:
     """An unlock message heard after the term's acquire but before its barrier (a PING on
     the pub/sub connection, held back here) may be stale, a release published before the
-    acquire and delivered late: the renewal checks it, finds the hold, and the term goes
-    on. Its body starts once the barrier is back; from then on the same message ends the
-    term at once (no renewal), and its hold, still on the server here, is released by the
-    usual exit."""
+    acquire and delivered late: the watch looks the hold up (HEXISTS), finds it, and the
+    term goes on. Its body starts once the barrier is back; from then on the same message
+    ends the term at once (no look-up), and its hold, still on the server here, is released
+    by the usual exit."""
     client = aiolock.Client.from_url(proxy.url)
-    rounds: list[aiolock.events.RenewalRound] = []
-    client.add_listener(
-        lambda event: (
-            rounds.append(event) if isinstance(event, aiolock.events.RenewalRound) else None
-        )
-    )
+    checks = proxy.watch(command("HEXISTS"))
     leader = client.leader(name)
     channel = leader.lock._p.channel("")
     entered = asyncio.Event()
@@ -205,9 +200,9 @@ async def test_unlock_message_before_the_barrier_does_not_end_the_term(
         barrier = proxy.delay(LIMIT * 2, command("PING"))
         task = asyncio.create_task(term())
         await asyncio.wait_for(barrier.received.wait(), LIMIT)
-        await wait_until(lambda: len(rounds) == 1, what="the watch's first renewal")
+        await wait_until(checks.executed.is_set, what="the watch's first look-up")
         assert await raw.publish(channel, "0") == 1
-        await wait_until(lambda: len(rounds) == 2, what="the renewal the message asked for")
+        await wait_until(lambda: checks.count == 2, what="the look-up the message asked for")
         assert not entered.is_set()  # the term waits for its barrier
         assert not task.done()
 
@@ -217,7 +212,7 @@ async def test_unlock_message_before_the_barrier_does_not_end_the_term(
         assert await raw.publish(channel, "0") == 1
         with pytest.raises(aiolock.LockLostError, match="deleted while it held it"):
             await asyncio.wait_for(task, LIMIT)
-        assert len(rounds) == 2
+        assert checks.count == 2
         assert not leader.is_leader
 
         async def released() -> bool:

@@ -155,6 +155,9 @@ class Primitive(Waitable):
     #: the pauses of ``pauses()`` instead of subscribing. This client's own releases
     #: still wake its own waiters at once.
     polls: ClassVar[bool] = False
+    #: A message on the holder's channel while it holds means the lock was forced open
+    #: (only a force publishes then): a guarded hold watches it (``watch.py``).
+    watched: ClassVar[bool] = False
 
     def pauses(self) -> Iterator[float]:  # pragma: no cover - only where ``polls``
         """The seconds a polling waiter waits before each next attempt (fresh per call)."""

@@ -1,4 +1,4 @@
-"""A leader's watch: a message on its lock's channel while it holds it means it was forced.
+"""A guarded hold's watch: a message on its lock's channel while held means it was forced.
 
 Nobody else releases a lock while its holder holds it, so a message published then means
 the lock was deleted under it: a ``force_unlock()`` (or Redisson's ``forceUnlock()``).
@@ -13,12 +13,14 @@ connection once the hold is granted, answered in order with that connection's me
 * A message heard after the barrier came back was published after the acquire: the hold
   is reported lost in the message's own callback (``WaitingRoom.deliver`` calls the
   watcher's ``forced``), and the guard cancels the term's body in the next loop iteration.
-* A message heard before it may be stale: the renewal is run at once (one round trip),
-  which finds a forced hold gone (and a stale message costs that round trip only).
+* A message heard before it may be stale: the hold is looked up at once (one round trip,
+  ``HEXISTS``), which finds a forced hold gone (and a stale message costs that only).
 * After a reconnect (the barrier is broken) a new barrier is sent on the new connection
-  and the renewal runs at once, since messages may have been lost meanwhile.
+  and the hold is looked up at once, since messages may have been lost meanwhile.
 
-The term's body starts only once the barrier is back and the messages before it checked:
+Every guarded hold of a kind whose channel tells a force (``Primitive.watched``: the
+reentrant and fenced locks, the write lock) is watched so, a leader's term among them.
+The body starts only once the barrier is back and the messages before it checked:
 from its first moment a force ends it in the message's callback. And the leader forced out
 heard the message that woke this one before this one's acquire was even answered (the
 server wrote it first), so its term has ended by then: the barrier's round trip is the
@@ -45,7 +47,7 @@ __all__ = ("Watch",)
 
 
 class Watch(Part):
-    """The leader's watch of its lock's channel."""
+    """A guarded hold's watch of its lock's channel."""
 
     async def watch_taken(self, p: Primitive, holder: str, armed: asyncio.Event) -> None:
         """Until cancelled: end ``holder``'s hold of ``p`` as soon as it is forced away.
@@ -81,9 +83,8 @@ class Watch(Part):
                 waiter = self._watcher(channel, p, barrier, forced)
                 try:
                     # A message published before the server took the SUBSCRIBE was never
-                    # heard (a force_unlock() just as the term began): look once now.
-                    self._core.check_open()
-                    await self._s.renewal.renew_once()
+                    # heard (a force_unlock() just as the hold began): look once now.
+                    await self._check(hold)
                     while not sub.stale and not _lost(hold):
                         if not await _woken(waiter, barrier, armed):
                             continue  # the barrier is back: armed now
@@ -95,8 +96,7 @@ class Watch(Part):
                             barrier = sub.barrier()
                         # Registered before the renewal: a message while it flies wakes it.
                         waiter = self._watcher(channel, p, barrier, forced)
-                        self._core.check_open()
-                        await self._s.renewal.renew_once()
+                        await self._check(hold)
                 finally:
                     room.remove(channel, waiter, leaving=False)
             finally:
@@ -112,6 +112,26 @@ class Watch(Part):
         waiter.barrier = barrier
         waiter.forced = forced
         return waiter
+
+    async def _check(self, hold: Hold) -> None:
+        """Look once whether the hold is still on the server (one plain command).
+
+        Not a renewal round: that would renew every hold of the client, and give a hold
+        of an explicit lease the watchdog's. A hold found gone while none of its releases
+        ran meanwhile is reported lost.
+        """
+        self._core.check_open()
+        releases = hold.releases
+        held = await self._s.runner.command("HEXISTS", hold.key, hold.field)
+        if (
+            not int(held)
+            and hold.lost is None
+            and hold.count
+            and not hold.releasing
+            and hold.releases == releases
+            and self._s.holds.get(hold.key, hold.field) is hold
+        ):
+            self._s.holds.report_lost(hold, "its watch found it gone", "renewal")
 
     def _forced(self, hold: Hold) -> None:
         """A message heard after the barrier passed: the hold was deleted while held."""

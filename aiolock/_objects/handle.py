@@ -8,6 +8,7 @@ its lock type). A lock type subclasses :class:`LockHandle` and gives it its ``Pr
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -180,6 +181,10 @@ class Acquirable:
         """The calling holder's id, for a guarded hold's LockLostError."""
         raise NotImplementedError  # pragma: no cover - abstract
 
+    def _guard_watch(self, armed: asyncio.Event) -> asyncio.Task[None] | None:
+        """Watch a guarded hold for a forced unlock; None: this kind is not watched."""
+        return None
+
     async def __aenter__(self) -> Self:
         await self._acquire(None, None)
         return self
@@ -250,6 +255,19 @@ class LockHandle(Acquirable):
         if not await self._acquire(wait, lease, timed=True):
             return None
         return self._guard_hold(lease)
+
+    def _guard_watch(self, armed: asyncio.Event) -> asyncio.Task[None] | None:
+        """The calling holder's hold watched for a forced unlock, in a task of its own.
+
+        ``Engine.watch_taken``: a guarded hold learns of a force at once, from ``armed``
+        on (set once the watch is in place). Cancel it to stop. None where the kind's
+        channel does not tell a force (``Primitive.watched``).
+        """
+        if not self._p.watched:
+            return None
+        holder, _ = self._engine.holder(self._owner)
+        watch = _quietly(self._engine, self._p, holder, armed)
+        return asyncio.get_running_loop().create_task(watch)
 
     def _guard_hold(self, lease: float | None, token: int | None = None) -> Hold:
         # Right after the acquire's answer, with no await in between: the record is the
@@ -348,3 +366,14 @@ class ReadWritePair:
     def __repr__(self) -> str:
         owner = f" owner={self._owner!r}" if self._owner else ""
         return f"<aiolock.{type(self).__name__} {self._name!r}{owner}>"
+
+
+async def _quietly(engine: Engine, p: Primitive, holder: str, armed: asyncio.Event) -> None:
+    """The watch, ended quietly by the client's closing or a connection error.
+
+    It only hurries what the periodic renewal does anyway.
+    """
+    try:
+        await engine.watch_taken(p, holder, armed)
+    except (LockError, RedisError, OSError) as exc:
+        log.debug("aiolock: watch of %r for a forced unlock ended: %s", p.name, exc)

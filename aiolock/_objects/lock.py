@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, ClassVar
 
-from redis.exceptions import RedisError
-
 from .._engine.primitive import Invocation, Primitive
-from .._exceptions import LockError
 from .._keys import lock_channel
 from .._net.scripts import load_script
 from .handle import LockHandle
@@ -89,6 +85,9 @@ class LockPrimitive(ExclusivePrimitive):
     __slots__ = ("chan",)
 
     hands_over = True
+    # Its channel carries a message while held only when forced (a release by its holder
+    # is told apart by the hold's ``releasing``; a hand-over publishes nothing).
+    watched = True
     lock_kind: ClassVar[Kind] = "lock"
     acquire_script = "lock_acquire"
     rollback_script = "lock_rollback"
@@ -124,24 +123,3 @@ class Lock(LockHandle):
 
     def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
         super().__init__(engine, LockPrimitive(engine.settings, name), owner=owner)
-
-    def _watch_taken(self, armed: asyncio.Event) -> asyncio.Task[None]:
-        """Watch the calling holder's hold for a force_unlock(), in a task of its own.
-
-        ``Engine.watch_taken``: a leader's term learns of it at once, from ``armed`` on
-        (set once the watch is in place). Cancel it to stop.
-        """
-        holder, _ = self._engine.holder(self._owner)
-        watch = _quietly(self._engine, self._p, holder, armed)
-        return asyncio.get_running_loop().create_task(watch)
-
-
-async def _quietly(engine: Engine, p: Primitive, holder: str, armed: asyncio.Event) -> None:
-    """The watch, ended quietly by the client's closing or a connection error.
-
-    It only hurries what the periodic renewal does anyway.
-    """
-    try:
-        await engine.watch_taken(p, holder, armed)
-    except (LockError, RedisError, OSError) as exc:
-        log.debug("aiolock: watch of %r for a forced unlock ended: %s", p.name, exc)

@@ -131,6 +131,10 @@ class WritePrimitive(_Side, ExclusivePrimitive):
 
     __slots__ = ()
 
+    # While a write hold is held, only a force publishes on the channel (a downgrade and
+    # the holder's own read unlocks do not: they never free the lock).
+    watched = True
+
     # A write unlock wakes one local writer: without this the releasing task, trying at
     # once, would re-take the lock before that writer could.
     no_barging = True

@@ -32,6 +32,7 @@ class SpinLockPrimitive(LockPrimitive):
     __slots__ = ()
 
     polls = True
+    watched = False  # nothing is published on it (a force included)
     lock_kind = "spin_lock"
     # Nobody parks on a message: there is no waiter to hand the lock to.
     hands_over = False

@@ -162,6 +162,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     wanted_impls = [k for k in ADAPTERS if not impls or k in impls]
     if not args.full and not impls:
         wanted_impls = [k for k in wanted_impls if k not in FULL_ONLY_IMPLS]
+    if args.no_cluster:  # the cluster's implementations run in the cluster part only
+        wanted_impls = [k for k in wanted_impls if ADAPTERS[k].topology != "cluster"]
     args.impls = [k for k in wanted_impls if k != "aiolock-baseline" or args.baseline]
     if "aiolock-baseline" in impls and not args.baseline:
         parser.error("aiolock-baseline needs --baseline REF")

@@ -305,6 +305,15 @@ def headline(result: Mapping[str, Any]) -> str:
             "",
             "floor: two bare EVALSHA round trips (not a lock); ring: a pub/sub token ring "
             "(not a lock); peers: the other Python locks that could run here.",
+            *(
+                []
+                if meta["mode"] == "full"
+                else [
+                    "A quick run: one short round each, so a ratio moves by 10-30 % from run "
+                    "to run on a shared machine. `nox -s bench -- --full` (pinned: `--pin`) "
+                    "for figures to compare.",
+                ]
+            ),
             "",
         ]
     )

@@ -1,0 +1,108 @@
+"""``nox -s bench`` is quick by default and ends with the headline table.
+
+What a newcomer runs first: the defaults of ``python -m benchmarks`` (the headline cases
+only, one round, no cluster or synchronizers), ``--full`` for every case, the committed
+results written only by full pinned runs, and the headline table read off a run's rows
+(aiolock against the floor or the ring and the best peer). No server is started here.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from .reference import ROOT
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``benchmarks.__main__``, imported from the repository root (it is not installed)."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    import benchmarks.__main__ as main  # noqa: PLC0415
+
+    return main
+
+
+def test_the_default_run_is_the_quick_headline_run(bench: ModuleType) -> None:
+    args = bench._parse([])
+    assert args.cases == {"uncontended", "contended", "handoff"}
+    assert (args.reps, args.duration) == (1, 0.3)
+    assert args.no_cluster
+    assert args.no_synchronizers
+    # The floor, the ring and every peer are in it; aiolock's other locks are not.
+    assert {"aiolock", "floor-2xevalsha", "ring", "redis-py", "pottery", "aioredlock"} <= set(
+        args.impls
+    )
+    assert not {"aiolock-fair", "aiolock-rw-mixed", "aiolock-cluster"} & set(args.impls)
+
+
+def test_full_runs_every_case(bench: ModuleType) -> None:
+    args = bench._parse(["--full"])
+    assert args.cases == set(bench.CASES)
+    assert (args.reps, args.duration) == (4, 0.6)
+    assert not args.no_cluster
+    assert not args.no_synchronizers
+    assert {"aiolock-fair", "aiolock-cluster"} <= set(args.impls)
+
+
+@pytest.mark.parametrize("argv", [["--update-results"], ["--update-results", "--full"]])
+def test_committed_results_come_from_full_pinned_runs_only(
+    bench: ModuleType, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        bench._parse(argv)
+    assert "--update-results needs --full --pin" in capsys.readouterr().err
+
+
+def _row(case: str, variant: str, impl: str, **metrics: float) -> dict[str, Any]:
+    return {"case": case, "variant": variant, "impl": impl, "status": "ok", **metrics}
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_headline_compares_with_the_floor_the_ring_and_the_best_peer() -> None:
+    from benchmarks._report import headline  # noqa: PLC0415  (after the fixture's path)
+
+    rows = [
+        _row("uncontended", "1 task", "aiolock", pairs_per_s=6000),
+        _row("uncontended", "1 task", "floor-2xevalsha", pairs_per_s=4000),
+        _row("uncontended", "1 task", "redis-py", pairs_per_s=3000),
+        _row("uncontended", "1 task", "aiolock-fair", pairs_per_s=9000),  # not a peer
+        _row("contended", "N=16", "aiolock", owner_changes_per_s=5000),
+        _row("contended", "N=16", "ring", owner_changes_per_s=2500),
+        _row("contended", "N=16", "python-redis-lock", owner_changes_per_s=1000),
+        _row("contended", "N=16", "redis-py", owner_changes_per_s=40),
+    ]
+    labels = {
+        "aiolock": "aiolock Lock",
+        "aiolock-fair": "aiolock FairLock",
+        "floor-2xevalsha": "floor",
+        "ring": "ring",
+        "redis-py": "redis-py Lock",
+        "python-redis-lock": "python-redis-lock",
+    }
+    result = {
+        "summary": rows,
+        "impls": {key: {"label": label} for key, label in labels.items()},
+        "meta": {"mode": "quick", "duration_s": 0.3, "reps": 1},
+    }
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in headline(result).splitlines()}
+    one = lines["1 task, uncontended lock+unlock"]
+    assert "1.50x the floor (4,000/s)" in one
+    assert "redis-py Lock: 3,000/s" in one
+    assert "| 2.00x |" in one
+    sixteen = lines["16 tasks on one lock"]
+    assert "2.00x the ring (2,500/s)" in sixteen
+    assert "python-redis-lock: 1,000/s" in sixteen
+    assert "| 5.00x |" in sixteen
+    assert "32 tasks, uncontended" not in lines  # not measured: no row
+    assert "A quick run" in headline(result)
+
+
+@pytest.mark.usefixtures("bench")
+def test_no_headline_without_its_cases() -> None:
+    from benchmarks._report import headline  # noqa: PLC0415
+
+    result = {"summary": [], "impls": {}, "meta": {"mode": "full", "duration_s": 0.6, "reps": 4}}
+    assert headline(result) == ""

@@ -37,7 +37,7 @@ PROJECT = Path(__file__).resolve().parent.parent / "interop" / "redisson"
 #: layout docs/redisson.md claims (.ci/run, noxfile.py's ``interop`` session).
 DEFAULT_VERSION = "4.7.0"
 #: How long the driver may take to start (a JVM, then Redisson's first connections).
-START_LIMIT = 60.0
+START_LIMIT = 45.0
 #: How long a command may take to be answered when nothing makes it wait.
 REPLY_LIMIT = 30.0
 

@@ -54,13 +54,24 @@ public final class Driver {
 
   private Driver() {}
 
-  public static void main(String[] argv) throws Exception {
+  public static void main(String[] argv) {
+    try {
+      serve(argv);
+    } catch (Throwable error) {
+      // Redisson's threads are not daemons: without this the JVM would live on, unanswering.
+      error.printStackTrace();
+      Runtime.getRuntime().halt(1);
+    }
+  }
+
+  private static void serve(String[] argv) throws Exception {
     Config config = new Config();
     String address = "redis://127.0.0.1:6379";
     int database = 0;
     String prefix = null;
     String version = "?";
     long fairWaitTimeout = -1;
+    boolean fairWaitSettable = true;
     for (int i = 0; i < argv.length; i += 2) {
       String value = argv[i + 1];
       switch (argv[i]) {
@@ -76,18 +87,29 @@ public final class Driver {
         default -> throw new IllegalArgumentException("unknown option " + argv[i]);
       }
     }
-    SingleServerConfig server = config.useSingleServer().setAddress(address).setDatabase(database);
+    // Small pools: a test JVM starts in a second instead of opening 24 connections and 32
+    // Netty threads on a shared 2-core machine.
+    config.setThreads(2).setNettyThreads(4);
+    SingleServerConfig server =
+        config
+            .useSingleServer()
+            .setAddress(address)
+            .setDatabase(database)
+            .setConnectionMinimumIdleSize(2)
+            .setConnectionPoolSize(16)
+            .setSubscriptionConnectionMinimumIdleSize(1);
     if (prefix != null) {
       setNameMapper(config, server, prefix);
     }
-    if (fairWaitTimeout >= 0) {
-      // Config.setFairLockWaitTimeout came in 3.46; before it the timeout is fixed (5 min).
-      try {
-        Config.class.getMethod("setFairLockWaitTimeout", long.class).invoke(config, fairWaitTimeout);
-      } catch (NoSuchMethodException e) {
-        // Older releases: the tests read "fairWaitTimeout": false in the ready line.
-        fairWaitTimeout = -2;
+    // Config.setFairLockWaitTimeout came in 3.46; before it the timeout is fixed (5 min). The
+    // ready line says which ("fairWaitTimeout").
+    try {
+      Method setter = Config.class.getMethod("setFairLockWaitTimeout", long.class);
+      if (fairWaitTimeout >= 0) {
+        setter.invoke(config, fairWaitTimeout);
       }
+    } catch (NoSuchMethodException e) {
+      fairWaitSettable = false;
     }
     redisson = Redisson.create(config);
     ObjectNode ready = JSON.createObjectNode();
@@ -95,7 +117,7 @@ public final class Driver {
     ready.put("client", redisson.getId());
     ready.put("version", version);
     ready.put("watchdog", config.getLockWatchdogTimeout());
-    ready.put("fairWaitTimeout", fairWaitTimeout != -2);
+    ready.put("fairWaitTimeout", fairWaitSettable);
     ready.put("spinLock", has("getSpinLock"));
     ready.put("fencedLock", has("getFencedLock"));
     emit(ready);

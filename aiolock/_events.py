@@ -77,11 +77,15 @@ class Emitter:
     ``slow_wait``, ``slow_hold``: seconds, None for no log.
     """
 
-    __slots__ = ("_errors", "_waiting", "listeners", "slow_hold", "slow_wait")
+    __slots__ = ("_errors", "_waiting", "listeners", "on_reconnected", "slow_hold", "slow_wait")
 
     def __init__(self, *, slow_wait: float | None = None, slow_hold: float | None = None) -> None:
         self.slow_wait = slow_wait
         self.slow_hold = slow_hold
+        #: Told first of every connection lost or made again, listeners or not: the
+        #: client's renewal, which settles the holds on a server whose connection came back
+        #: (a restart), trying from the moment it was lost.
+        self.on_reconnected: Callable[[], None] | None = None
         #: The listeners, in the order added; a tuple, so that one added or removed while
         #: an event is delivered takes effect from the next event on.
         self.listeners: tuple[Listener, ...] = ()
@@ -265,7 +269,14 @@ class Emitter:
         if self.listeners:
             self.emit(RenewalRound(servers, holds, duration, failed))
 
+    def connection_lost(self) -> None:
+        """A command connection was lost (not closed): its holds are to be settled."""
+        if self.on_reconnected is not None:
+            self.on_reconnected()
+
     def reconnected(self, server: str, after: float) -> None:
         """A connection to ``server`` was made again, ``after`` seconds after it was lost."""
+        if self.on_reconnected is not None:
+            self.on_reconnected()
         if self.listeners:
             self.emit(Reconnected(server, after))

@@ -109,6 +109,11 @@ def build_pieces(
             make,
             waiting,
             subscribe_timeout=options.subscribe_timeout,
+            # A quarter of the renewal period (2.5 s with the default watchdog): a silent,
+            # half-open connection is dropped within half a period and every watch looks its
+            # hold up on the new one, so a force it missed ends a guarded body within half a
+            # renewal period (at most a whole one from the renewal itself), not 20 s.
+            keepalive=min(10.0, options.watchdog_timeout / 12),
             spawn=background.spawn,
             sharded=on_cluster,
             on_change=on_change,
@@ -162,6 +167,9 @@ def build_pieces(
         events=events,
     )
     holds = HoldRegistry(renewal, watchdog_ms=lease_ms, events=events)
+    # A connection that comes back (a restart without persistence lost every key) has its
+    # holds settled by a renewal round at once, not at the next period.
+    events.on_reconnected = renewal.reconnected
     return LoopPieces(
         background=background,
         waiting=waiting,

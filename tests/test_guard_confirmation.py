@@ -19,6 +19,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
+from aiolock.testing import start_local_server
 
 from .conftest import ClientFactory
 from .helpers import wait_until
@@ -286,3 +287,42 @@ async def test_forced_guarded_body_stops_before_the_next_holder(
     await asyncio.wait_for(waiting, LIMIT)
     assert 0 < stopped < taken
     assert holder._renewal.rounds == rounds
+
+
+@pytest.mark.parametrize("kind", ["lock", "fair"])
+async def test_restart_without_persistence_ends_the_body_when_the_server_is_back(
+    kind: str,
+) -> None:
+    """c4: a server restarted without persistence lost the hold; the guarded body ends as
+    soon as the server answers again (a renewal round on the lost connection's return),
+    not at the next renewal period (10 s with the defaults), while others may hold it."""
+    with start_local_server(appendonly=False) as server:
+        holder = aiolock.Client.from_url(server.url)
+        rival = aiolock.Client.from_url(server.url)
+        name = f"restart-{kind}"
+        entered = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        stopped = 0.0
+
+        async def body() -> None:
+            nonlocal stopped
+            async with KINDS[kind](holder, name).guarded():
+                entered.set()
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    stopped = loop.time()
+
+        try:
+            task = asyncio.create_task(body())
+            await asyncio.wait_for(entered.wait(), LIMIT)
+            restarted = loop.time()
+            await asyncio.to_thread(server.restart)
+            with pytest.raises(aiolock.LockLostError):
+                await asyncio.wait_for(task, LIMIT / 2)
+            # Well before the renewal period: settled once the server answered again.
+            assert stopped - restarted < 10 / 2
+            assert await KINDS[kind](rival, name).try_lock(wait=LIMIT)
+        finally:
+            await holder.aclose()
+            await rival.aclose()

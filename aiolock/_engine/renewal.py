@@ -134,6 +134,10 @@ class _Schedule:
         """When the next share is due."""
         return min([self.tick, *self._retry.values()])
 
+    def now(self, now: float) -> None:
+        """Every server's share is due now (a connection came back: settle its holds)."""
+        self.tick = now
+
     def answered(self, server: Server, *, ok: bool, now: float) -> None:
         """``server``'s share came back (``ok``: every call in it answered)."""
         sent = self._sent.pop(server)
@@ -252,6 +256,8 @@ class RenewalService:
         self._batch_size = batch_size
         self._holds: dict[Hold, None] = {}
         self._task: asyncio.Task[None] | None = None
+        # Done when a round is wanted at once (``reconnected``): the task waits on it.
+        self._soon: asyncio.Future[None] | None = None
         self._closed = False
         #: Renewal script calls sent so far (benchmarks and tests read it).
         self.calls = 0
@@ -275,6 +281,17 @@ class RenewalService:
         """Stop renewing ``hold``."""
         self._holds.pop(hold, None)
 
+    def reconnected(self) -> None:
+        """A connection came back (a server restarted, say): renew every hold at once.
+
+        A restart without persistence lost every key: the round finds the holds gone and
+        reports them, within a round trip of the connection's return, instead of at the
+        next period while another client may already hold the locks.
+        """
+        soon = self._soon
+        if soon is not None and not soon.done():
+            soon.set_result(None)
+
     async def _run(self) -> None:
         # One task schedules every server's share; each share in flight is a child task of
         # this one (at most one per server, so a frozen server holds one task, not one per
@@ -290,11 +307,12 @@ class RenewalService:
                 # the period (10,000 locks take a noticeable fraction of it). An answer
                 # wakes it too: a server that failed is tried again on its own time.
                 delay = max(0.0, schedule.wake() - loop.time())
-                if flying:
-                    await asyncio.wait(flying, timeout=delay, return_when=FIRST_COMPLETED)
-                else:
-                    await asyncio.sleep(delay)
+                soon = self._soon = loop.create_future()
+                await asyncio.wait([*flying, soon], timeout=delay, return_when=FIRST_COMPLETED)
+                self._soon = None
                 now = loop.time()
+                if soon.done():
+                    schedule.now(now)
                 done = [task for task in flying if task.done()]
                 for task in done:
                     schedule.answered(flying.pop(task), ok=task.result(), now=now)

@@ -194,6 +194,14 @@ def _cpu_times() -> tuple[int, int] | None:
     return numbers[7], sum(numbers[:8])
 
 
+def _load() -> float | None:
+    """The host's 1-minute load average, or None where the platform has none."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
 def _steal_pct(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
     if before is None or after is None or after[1] <= before[1]:
         return None
@@ -385,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"baseline: aiolock at {args.baseline} ({commit}) from {folder}", flush=True)
         impls = _check(args.impls)
         cpu0 = _cpu_times()
+        load0 = _load()
         srv = {"kind": server.kind, "url": server.url, **server_info(server.url)}
         pinned = _pin(server.url, args.pin_cpu) if args.pin else None
         runs, result = _server_part(args, server.url, impls, run_id)
@@ -409,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "pinned": pinned,
                 "baseline": baseline,
                 "steal_pct": _steal_pct(cpu0, _cpu_times()),
+                # The host's 1-minute load average at the start and the end: a quick run on
+                # a machine shared with other work measures that work as much as the locks.
+                "load_average": [load0, _load()],
                 "started": started_at,
                 "elapsed_s": time.monotonic() - started,
                 "server": srv,

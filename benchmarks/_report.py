@@ -296,6 +296,13 @@ def headline(result: Mapping[str, Any]) -> str:
         return ""
     meta = result["meta"]
     header = ["case", "aiolock Lock", "against the floor / ring", "best peer", "÷ best peer"]
+    load = [f"{x:.1f}" for x in meta.get("load_average") or () if isinstance(x, int | float)]
+    cores = (meta.get("environment") or {}).get("cpu_count")
+    host = (
+        f" Host load average {' at the start, '.join(load)} at the end, on {cores} cores."
+        if len(load) == 2 and cores
+        else ""
+    )
     return "\n".join(
         [
             f"## Headline ({meta['mode']} run: {meta['duration_s']} s x {meta['reps']} "
@@ -304,7 +311,7 @@ def headline(result: Mapping[str, Any]) -> str:
             *_table(header, lines),
             "",
             "floor: two bare EVALSHA round trips (not a lock); ring: a pub/sub token ring "
-            "(not a lock); peers: the other Python locks that could run here.",
+            "(not a lock); peers: the other Python locks that could run here." + host,
             *(
                 []
                 if meta["mode"] == "full"

@@ -85,7 +85,13 @@ def test_the_headline_compares_with_the_floor_the_ring_and_the_best_peer() -> No
     result = {
         "summary": rows,
         "impls": {key: {"label": label} for key, label in labels.items()},
-        "meta": {"mode": "quick", "duration_s": 0.3, "reps": 1},
+        "meta": {
+            "mode": "quick",
+            "duration_s": 0.3,
+            "reps": 1,
+            "load_average": [1.0, 2.5],
+            "environment": {"cpu_count": 2},
+        },
     }
     lines = {line.split(" | ")[0].lstrip("| "): line for line in headline(result).splitlines()}
     one = lines["1 task, uncontended lock+unlock"]
@@ -97,6 +103,8 @@ def test_the_headline_compares_with_the_floor_the_ring_and_the_best_peer() -> No
     assert "python-redis-lock: 1,000/s" in sixteen
     assert "| 5.00x |" in sixteen
     assert "32 tasks, uncontended" not in lines  # not measured: no row
+    # A shared machine is named as such: the load says how far to trust a quick run.
+    assert "Host load average 1.0 at the start, 2.5 at the end, on 2 cores." in headline(result)
     assert "A quick run" in headline(result)
 
 

@@ -10,7 +10,9 @@ lowest redis-py and hiredis the package accepts, the others with the highest; ``
 the oldest with the highest. ``AIOLOCK_WIRE=redis-py nox ...`` runs them on aiolock's
 public-API fallback wire instead of the direct one. ``nox -s tests -- --full-sweep=all``
 sweeps every cancellation point (CI splits it: one server's part, the cluster's part).
-``faults`` runs the fault scenarios, two at a time, on the oldest Python with the lowest
+``interop`` runs the Redisson interop tests on the Redisson
+release ``REDISSON_VERSION`` names (a JDK and Maven needed). ``faults`` runs the fault
+scenarios, two at a time, on the oldest Python with the lowest
 redis-py and on the newest with the highest. ``release``
 builds the sdist and wheel, checks them and smoke-tests the wheel in a fresh virtualenv.
 ``reference`` regenerates REFERENCE.md from the docstrings.
@@ -167,6 +169,20 @@ def faults(session: nox.Session, redis_py: str) -> None:
     # fault allows them), and they passed so under a load average of 9. The figures in
     # their lines (holds, waits) are those of a shared machine: measure with -n 0.
     _pytest(session, *PARALLEL, "--faults", "tests/faults", *pytest_args)
+
+
+@nox.session(python=PYTHONS[-1])
+def interop(session: nox.Session) -> None:
+    """Real Redisson in the loop: tests/test_redisson_*.py against the Java driver of
+    interop/redisson, on the Redisson release ``REDISSON_VERSION`` names (default: the
+    newest verified, tests/redisson_driver.py). Needs a JDK 17+ and Maven (their cache is
+    ~/.m2); without them the tests skip, unless ``AIOLOCK_REQUIRE_REDISSON=1`` (CI). CI runs
+    it once per release of its matrix (.ci/run) in one virtualenv (``--reuse-venv=yes``)."""
+    pytest_args = _install_wheel(session, "tests")
+    redisson = os.environ.get("REDISSON_VERSION", "") or "(the default)"
+    session.log(f"Redisson {redisson}")
+    files = sorted(str(path) for path in Path("tests").glob("test_redisson_*.py"))
+    _pytest(session, *PARALLEL, *files, *pytest_args)
 
 
 @nox.session

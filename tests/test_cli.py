@@ -479,3 +479,54 @@ async def test_a_cluster_node_without_cluster_is_read_as_the_cluster(
         await holder.lock(name).unlock()
     with pytest.raises(aiolock.LockLostError):
         await holder.lock(names[-1]).unlock()
+
+
+async def test_list_under_a_key_prefix_finds_objects_known_by_derived_keys(
+    make_client: ClientFactory, redis_url: str, uid: str
+) -> None:
+    """A fair read-write lock has no key of its own name (its keys carry the name in
+    braces): under --key-prefix it is listed beside the plain lock."""
+    prefix = f"app{uid}:"
+    client = make_client(key_prefix=prefix)
+    lock = client.lock("orders")
+    write = client.fair_read_write_lock("catalog").write_lock()
+    await lock.lock()
+    await write.lock()
+    try:
+        run = await aiolock_cli("list", redis_url, "--key-prefix", prefix, "--json")
+        assert run.code == 0, run
+        kinds = {info["name"]: info["kind"] for info in run.json()["objects"]}
+        assert kinds == {"orders": "lock", "catalog": "fair_read_write_lock"}
+    finally:
+        await write.unlock()
+        await lock.unlock()
+
+
+async def test_list_streams_json_and_tells_truncation(
+    make_client: ClientFactory, redis_url: str, uid: str
+) -> None:
+    """--json is one document however it is written; --limit cuts it and says so."""
+    client = make_client()
+    locks = [client.lock(f"many:{uid}:{i}") for i in range(5)]
+    for lock in locks:
+        await lock.lock()
+    try:
+        run = await aiolock_cli("list", redis_url, f"many:{uid}:*", "--json")
+        assert run.code == 0, run
+        listing = run.json()
+        assert (len(listing["objects"]), listing["truncated"]) == (5, False)
+        run = await aiolock_cli("list", redis_url, f"many:{uid}:*", "--json", "--limit", "3")
+        listing = run.json()
+        assert (len(listing["objects"]), listing["truncated"]) == (3, True)
+        # What list shows of an object is what inspect shows of it (leases aside).
+        shown = listing["objects"][0]
+        run = await aiolock_cli("inspect", redis_url, shown["name"], "--json")
+        one = run.json()
+        for view in (shown, one):
+            view["lease_left"] = None
+            for holder in view["holders"]:
+                holder["lease_left"] = None
+        assert shown == one
+    finally:
+        for lock in locks:
+            await lock.unlock()

@@ -186,18 +186,29 @@ def list_(
     """List the lock-like objects whose names match PATTERN (a SCAN glob, default *).
 
     On a cluster every primary is scanned. With the default pattern, integer strings
-    nobody waits on (a semaphore or latch, or any counter) are left out.
+    nobody waits on (a semaphore or latch, or any counter) are left out. Keys are read a
+    SCAN page at a time, in pipelines; --json is written as the pages are read (sorted
+    within a page).
     """
 
     async def body() -> int:
         async with connected(url, cluster=cluster, sentinel=sentinel) as redis:
-            found, truncated = await Inspector(redis, key_prefix=key_prefix).list(
-                pattern, limit=limit, scan_budget=scan_limit
-            )
-        if as_json:
-            _print_json({"objects": found, "truncated": truncated})
-        else:
-            _console().print(objects_table(found, truncated=truncated))
+            inspector = Inspector(redis, key_prefix=key_prefix)
+            objects = inspector.objects(pattern, limit=limit, scan_budget=scan_limit)
+            if as_json:
+                # Streamed, an object a line, as the pages are read: memory stays bounded
+                # whatever --limit is, and the whole output is still one JSON document.
+                out = sys.stdout
+                out.write('{"objects": [')
+                sep = "\n"
+                async for info in objects:
+                    out.write(sep + json.dumps(info))
+                    sep = ",\n"
+                out.write(f'\n], "truncated": {json.dumps(inspector.truncated)}}}\n')
+                out.flush()
+                return 0
+            found = [info async for info in objects]
+        _console().print(objects_table(found, truncated=inspector.truncated))
         return 0
 
     sys.exit(_run(body))

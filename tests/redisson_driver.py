@@ -50,11 +50,20 @@ def required() -> bool:
     return os.environ.get("AIOLOCK_REQUIRE_REDISSON", "") not in {"", "0"}
 
 
-def unavailable(reason: str) -> NoReturn:
-    """Skip with ``reason`` or, where Redisson is required, fail with it."""
+def unavailable(reason: str, *, module: bool = False) -> NoReturn:
+    """Skip with ``reason`` or, where Redisson is required, fail with it (``module``: the
+    whole test module, at its import, so the skip is one line)."""
     if required():
         pytest.fail(f"Redisson interop required (AIOLOCK_REQUIRE_REDISSON): {reason}")
-    pytest.skip(f"Redisson interop skipped: {reason}")
+    pytest.skip(f"Redisson interop skipped: {reason}", allow_module_level=module)
+
+
+def check_tools() -> None:
+    """At a test module's import: skip it whole (one line) without ``java`` and ``mvn``."""
+    if shutil.which("java") is None or shutil.which("mvn") is None:
+        unavailable(
+            "no java or mvn on PATH (a JDK 17+ and Maven build interop/redisson)", module=True
+        )
 
 
 @dataclass(frozen=True)
@@ -71,9 +80,9 @@ def build(redisson_version: str) -> Build:
     """Compile the driver against ``redisson_version`` (into target/<version>) unless it is
     already built from the current sources; return its class path. Concurrent builds (xdist
     workers) wait for one another on a file lock."""
-    java, mvn = shutil.which("java"), shutil.which("mvn")
-    if java is None or mvn is None:
-        unavailable("no java or mvn on PATH (a JDK 17 and Maven build interop/redisson)")
+    mvn = shutil.which("mvn")
+    if shutil.which("java") is None or mvn is None:
+        unavailable("no java or mvn on PATH (a JDK 17+ and Maven build interop/redisson)")
     target = PROJECT / "target" / redisson_version
     classpath_file = target / "classpath.txt"
     (PROJECT / "target").mkdir(exist_ok=True)
@@ -303,9 +312,9 @@ class Java:
 
 
 @contextlib.contextmanager
-def running(redis_url: str, **options: Any) -> Iterator[Driver]:
-    """A driver for the session's Redisson version, closed (or reaped, if crashed) after."""
-    driver = Driver(build(version()), redis_url, **options)
+def running(built: Build, redis_url: str, **options: Any) -> Iterator[Driver]:
+    """A driver of ``built``, closed (or reaped, if crashed) after."""
+    driver = Driver(built, redis_url, **options)
     try:
         yield driver
     finally:

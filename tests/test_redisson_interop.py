@@ -26,7 +26,9 @@ import aiolock.sync
 from . import redisson_driver
 from .conftest import ClientFactory
 from .helpers import subscriptions_confirmed, wait_until
-from .redisson_driver import Driver, Java, RedissonError
+from .redisson_driver import Build, Driver, Java, RedissonError
+
+redisson_driver.check_tools()
 
 #: Both sides' watchdog lease, seconds (renewed every third of it).
 WATCHDOG = 1.5
@@ -37,9 +39,16 @@ LONG = 600.0
 TURNS = 10
 
 
+@pytest.fixture(scope="session")
+def redisson() -> Build:
+    """The driver built for ``REDISSON_VERSION`` (or skip, or fail where required)."""
+    return redisson_driver.build(redisson_driver.version())
+
+
 @pytest.fixture(scope="module")
-def driver(redis_url: str) -> Iterator[Driver]:
-    with redisson_driver.running(redis_url, watchdog=round(WATCHDOG * 1000)) as driver:
+def driver(redisson: Build, redis_url: str) -> Iterator[Driver]:
+    """One JVM for the module's tests (each test's threads and names are its own)."""
+    with redisson_driver.running(redisson, redis_url, watchdog=round(WATCHDOG * 1000)) as driver:
         yield driver
 
 
@@ -629,12 +638,12 @@ async def test_cancelled_python_waiter_leaves_the_fair_queue(
 
 
 async def test_halted_jvm_frees_its_locks_after_its_watchdog_lease(
-    redis_url: str, py: aiolock.Client, raw: Redis, name: str
+    redisson: Build, redis_url: str, py: aiolock.Client, name: str
 ) -> None:
     """A JVM halted while holding (no unlock, its watchdog gone) frees every lock after its
     lease; the Python waiters, parked meanwhile, get them."""
     kinds = ["lock", "fair", "write"]
-    with redisson_driver.running(redis_url, watchdog=round(WATCHDOG * 1000)) as crashing:
+    with redisson_driver.running(redisson, redis_url, watchdog=round(WATCHDOG * 1000)) as crashing:
         for kind in kinds:
             await crashing.call("h", kind, f"{name}:{kind}", "lock")
         waiting = [

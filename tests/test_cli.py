@@ -530,3 +530,52 @@ async def test_list_streams_json_and_tells_truncation(
     finally:
         for lock in locks:
             await lock.unlock()
+
+
+async def test_release_permit_gives_back_a_stuck_permit(
+    make_client: ClientFactory, raw: Redis, redis_url: str, name: str
+) -> None:
+    """A dead holder's permit with a long lease: the CLI gives it back, with the same
+    confirmation rules as force-unlock, and refuses what is not such a semaphore."""
+    psem = make_client().permit_expirable_semaphore(name)
+    assert await psem.try_set_permits(2)
+    stuck = await psem.acquire(lease=3600)
+    other = await psem.acquire(lease=3600)
+    assert await psem.available_permits() == 0
+    try:
+        # force-unlock points to it.
+        assert_one_line_error(
+            await aiolock_cli("force-unlock", redis_url, name, "--yes"), 2, "release-permit"
+        )
+        # No terminal, no --yes; neither an id nor --all; an id not taken.
+        assert_one_line_error(
+            await aiolock_cli("release-permit", redis_url, name, stuck), 2, "--yes"
+        )
+        assert_one_line_error(
+            await aiolock_cli("release-permit", redis_url, name, "--yes"), 2, "--all"
+        )
+        assert_one_line_error(
+            await aiolock_cli("release-permit", redis_url, name, "0" * 32, "--yes"), 1, "no permit"
+        )
+        run = await aiolock_cli("release-permit", redis_url, name, stuck, "--yes", "--json")
+        assert run.code == 0, run
+        assert run.json() == {"name": name, "released": [stuck]}
+        assert await psem.available_permits() == 1
+        run = await aiolock_cli("release-permit", redis_url, name, "--all", "--yes")
+        assert run.code == 0, run
+        assert await psem.available_permits() == 2
+        assert_one_line_error(
+            await aiolock_cli("release-permit", redis_url, name, "--all", "--yes"),
+            1,
+            "no permit taken",
+        )
+    finally:
+        await psem.delete()
+    lock = make_client().lock(f"{name}:lock")
+    async with lock:
+        assert_one_line_error(
+            await aiolock_cli("release-permit", redis_url, f"{name}:lock", "--all", "--yes"),
+            2,
+            "not a permit-expirable semaphore",
+        )
+    del other

@@ -22,7 +22,7 @@ from rich.live import Live
 from rich.text import Text
 
 from .._client import Client
-from .._exceptions import LockError
+from .._exceptions import LockError, LockLostError, LockNotOwnedError
 from ._connect import BadUrlError, connected
 from ._inspect import KINDS, NOT_LOCKS, Inspector, UnknownKindError
 from ._render import object_view, objects_table
@@ -264,7 +264,14 @@ def force_unlock(
             if info is None:
                 raise _missing(name)
             if info["kind"] in NOT_LOCKS:
-                raise Failure(f"{name!r} is a {KINDS[info['kind']]}: it has no holder to unlock", 2)
+                hint = (
+                    " (its stuck permits: aiolock release-permit)"
+                    if info["kind"] == "permit_expirable_semaphore"
+                    else ""
+                )
+                raise Failure(
+                    f"{name!r} is a {KINDS[info['kind']]}: it has no holder to unlock{hint}", 2
+                )
             if not yes:
                 _console().print(object_view(info))
                 if not click.confirm(f"Force-unlock {name!r}?", default=False):
@@ -283,6 +290,106 @@ def force_unlock(
         return 0
 
     sys.exit(_run(body))
+
+
+@cli.command(
+    name="release-permit",
+    short_help="Give back stuck permits of a permit-expirable semaphore (asks first).",
+)
+@click.argument("url")
+@click.argument("name")
+@click.argument("permit_id", required=False)
+@_connection_options
+@click.option("--all", "every", is_flag=True, help="Every permit taken (instead of PERMIT_ID).")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (required without a terminal).")
+def release_permit(
+    *,
+    url: str,
+    name: str,
+    permit_id: str | None,
+    cluster: bool,
+    sentinel: str | None,
+    key_prefix: str,
+    as_json: bool,
+    every: bool,
+    yes: bool,
+) -> None:
+    """Give back PERMIT_ID (or --all permits) of the permit-expirable semaphore NAME.
+
+    For a permit whose holder died with a long lease: it is back at once, and a waiter
+    is woken. The holder, if alive, finds it gone at its release. Asks first.
+    """
+    if (permit_id is None) == (not every):
+        raise Failure("name one PERMIT_ID or pass --all (not both)", 2)
+    if not yes and not sys.stdin.isatty():
+        raise Failure(
+            f"not releasing permits of {name!r}: no terminal to confirm on (pass --yes)", 2
+        )
+
+    async def body() -> int:
+        async with connected(url, cluster=cluster, sentinel=sentinel) as redis:
+            try:
+                info = await Inspector(redis, key_prefix=key_prefix).inspect(name)
+            except UnknownKindError as exc:
+                raise Failure(f"not releasing: {exc}; nothing was changed", 1) from None
+            if info is None:
+                raise _missing(name)
+            if info["kind"] == "semaphore_or_latch":
+                # A permit-expirable semaphore with no permit taken looks just like this.
+                raise Failure(
+                    f"{name!r} has no permit taken (no expiry set: a semaphore or latch "
+                    "as stored): nothing released",
+                    1,
+                )
+            if info["kind"] != "permit_expirable_semaphore":
+                raise Failure(
+                    f"{name!r} is a {KINDS[info['kind']]}, not a permit-expirable semaphore: "
+                    "it has no permit ids",
+                    2,
+                )
+            ids = _permits_named(name, info, permit_id)
+            if not yes:
+                _console().print(object_view(info))
+                if not click.confirm(f"Release {len(ids)} permit(s) of {name!r}?", default=False):
+                    raise Failure("no permit released", 1)
+            released = await _give_back(Client(redis, key_prefix=key_prefix), name, ids)
+        if as_json:
+            _print_json({"name": name, "released": released})
+        else:
+            click.echo(f"{name!r}: {len(released)} permit(s) released")
+        if not released:
+            raise Failure(f"{name!r}: no permit was released (given back meanwhile)", 1)
+        return 0
+
+    sys.exit(_run(body))
+
+
+def _permits_named(name: str, info: dict[str, Any], permit_id: str | None) -> list[str]:
+    """The permit ids to release: ``permit_id`` if it is taken, or every one taken."""
+    taken: list[str] = [permit["permit_id"] for permit in info["acquired"]]
+    if permit_id is not None and permit_id not in taken:
+        raise Failure(f"{name!r} has no permit {permit_id!r} taken: nothing released", 1)
+    if not taken:
+        raise Failure(f"{name!r} has no permit taken: nothing released", 1)
+    return taken if permit_id is None else [permit_id]
+
+
+async def _give_back(client: Client, name: str, ids: list[str]) -> list[str]:
+    """Release each permit of ``ids``; the ids released (closes ``client``)."""
+    released: list[str] = []
+    try:
+        sem = client.permit_expirable_semaphore(name)
+        for one in ids:
+            try:
+                await sem.release(one)
+            except LockNotOwnedError:
+                continue  # given back meanwhile by its holder (or its lease ran out)
+            except LockLostError:
+                pass  # its lease had run out: it is back all the same
+            released.append(one)
+    finally:
+        await client.aclose()
+    return released
 
 
 @cli.command(short_help="Inspect NAME live until Ctrl-C.")

@@ -11,6 +11,7 @@ if a wake-up message is missed.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -696,3 +697,111 @@ async def test_killed_python_process_frees_its_lock_for_java(
         await process.wait()
     assert await asyncio.wrap_future(waiter)
     await java.call("w", "lock", name, "unlock")
+
+
+# -- more objects and options ---------------------------------------------------------------
+
+
+async def test_read_holds_of_both_languages_outlive_their_watchdog_leases(
+    java: Java, py: aiolock.Client, name: str
+) -> None:
+    """A Java read hold and a Python read hold, both renewed by their watchdogs, keep
+    writers of both languages out for several leases; when both leave a writer gets in."""
+    await java.call("r", "read", name, "lock")
+    reader = py.read_write_lock(name, owner="reader").read_lock()
+    await reader.lock()
+    writer = py.read_write_lock(name, owner="writer").write_lock()
+    assert not await writer.try_lock(wait=2 * WATCHDOG)
+    assert not await java.call("w", "write", name, "tryLock", wait=0)
+    assert await java.call("r", "read", name, "getHoldCount") == 1
+    assert await reader.hold_count() == 1
+    await java.call("r", "read", name, "unlock")
+    assert not await writer.try_lock()
+    await reader.unlock()
+    assert await writer.try_lock(wait=LONG)
+    await writer.unlock()
+
+
+async def test_multilock_across_languages(
+    java: Java, py: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A Redisson MultiLock and an aiolock MultiLock over the same plain locks exclude each
+    other; each one's unlock wakes the other's parked waiter."""
+    multi = handle(py, "multi", name, owner="p")
+    members = java_args("multi", name)
+    await java.call("h", "multi", name, "lock", lease=LONG, **members)
+    assert not await multi.try_lock()
+    assert not await py.lock(f"{name}:b").try_lock()
+    waiting = asyncio.ensure_future(multi.try_lock(wait=LONG, lease=LONG))
+    await py_parked(py)
+    await java.call("h", "multi", name, "unlock", **members)
+    assert await waiting
+    java_waiter = java.send("w", "multi", name, "tryLock", wait=LONG, lease=LONG, **members)
+    await java_parked(raw, lock_channel(f"{name}:a"))
+    await multi.unlock()
+    assert await asyncio.wrap_future(java_waiter)
+    await java.call("w", "multi", name, "unlock", **members)
+
+
+async def test_key_prefix_matches_a_redisson_name_mapper(
+    redisson: Build, redis_url: str, make_client: ClientFactory, turns: Turns, raw: Redis
+) -> None:
+    """aiolock's ``key_prefix`` and a Redisson NameMapper adding the same prefix name the
+    same keys and channels: the two exclude and wake each other."""
+    prefix = f"app{turns.name[-4:]}:"
+    name = turns.name
+    py = make_client(watchdog_timeout=WATCHDOG, key_prefix=prefix)
+    lock = py.lock(name, owner="p")
+    options = {"watchdog": round(WATCHDOG * 1000), "prefix": prefix}
+    with redisson_driver.running(redisson, redis_url, **options) as mapped:
+        await mapped.call("h", "lock", name, "lock", lease=LONG)
+        assert await raw.exists(f"{prefix}{name}")
+        assert not await lock.try_lock()
+        waiting = asyncio.ensure_future(lock.try_lock(wait=LONG, lease=LONG))
+        await py_parked(py)
+        await mapped.call("h", "lock", name, "unlock")
+        assert await waiting
+        waiter = mapped.send("w", "lock", name, "tryLock", wait=LONG, lease=LONG)
+        await java_parked(raw, lock_channel(f"{prefix}{name}"))
+        await lock.unlock()
+        assert await asyncio.wrap_future(waiter)
+        await mapped.call("w", "lock", name, "unlock")
+        assert not await raw.exists(f"{prefix}{name}")
+
+
+async def test_inspect_shows_java_holders_and_waiters(
+    java: Java, redis_url: str, raw: Redis, name: str
+) -> None:
+    """``aiolock inspect`` on a fair lock held and queued for by Java threads names each by
+    Redisson's client id and thread id."""
+    holder = await java.holder("h")
+    queued_id = await java.holder("q")
+    channel = await java_channel(java, "fair", name, "q")
+    await java.call("h", "fair", name, "lock")
+    waiter = java.send("q", "fair", name, "tryLock", wait=LONG, lease=LONG)
+    await java_parked(raw, channel)
+    try:
+        done = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "aiolock",
+            "inspect",
+            redis_url,
+            name,
+            "--json",
+            stdout=asyncio.subprocess.PIPE,
+        )
+        out, _ = await done.communicate()
+        assert done.returncode == 0
+        shown = json.loads(out)
+    finally:
+        await java.call("h", "fair", name, "unlock")
+        assert await asyncio.wrap_future(waiter)
+        await java.call("q", "fair", name, "unlock")
+    assert shown["kind"] == "fair_lock"
+    ((held,),) = [shown["holders"]]
+    assert (held["id"], held["client"], held["count"]) == (holder, java.driver.client_id, 1)
+    assert held["thread"] == int(holder.rsplit(":", 1)[1])
+    ((first,),) = [shown["queue"]]
+    assert (first["id"], first["thread"]) == (queued_id, int(queued_id.rsplit(":", 1)[1]))
+    assert first["subscribed"] == 1

@@ -58,7 +58,7 @@ class Block(Generic[T]):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool | None:
-        return self._portal.run(self._cm.__aexit__(exc_type, exc, tb))
+        return self._portal.run(self._cm.__aexit__(exc_type, exc, tb), finish=True)
 
 
 class Hold:
@@ -186,19 +186,23 @@ class TaskBlock(Generic[T]):
         entered: concurrent.futures.Future[tuple[Any] | None] = concurrent.futures.Future()
         left: asyncio.Future[BaseException | None] = portal.loop.create_future()
         self._left = left
-        call = self._call = portal.start(_task_side(self._cm, entered, left), entered)
+        call = self._call = portal.prepare(_task_side(self._cm, entered, left), entered)
         try:
+            call.schedule()
             got = entered.result()
+            if got is not None:
+                # Returned from within the try: an interruption in _wrap (a signal handler
+                # runs at a call) still leaves the block; none can land after the return.
+                return self._wrap(got[0])
         except BaseException:
-            # Interrupted while acquiring: the task ends (and releases) before this goes on.
+            # Interrupted while acquiring (or just after): the task ends and releases
+            # before this goes on.
             call.interrupt()
             portal.forget(call)
             raise
-        if got is None:
-            portal.forget(call)
-            call.result()  # the acquire's error (LockTimeoutError, ...)
-            raise AssertionError("unreachable")  # pragma: no cover - a call without a hold
-        return self._wrap(got[0])
+        portal.forget(call)
+        call.result()  # the acquire's error (LockTimeoutError, ...)
+        raise AssertionError("unreachable")  # pragma: no cover - a call without a hold
 
     def __exit__(
         self,
@@ -214,11 +218,13 @@ class TaskBlock(Generic[T]):
             if not left.done():
                 left.set_result(exc)
 
-        with contextlib.suppress(RuntimeError):  # the loop is gone, the call ended with it
-            portal.loop.call_soon_threadsafe(leave)
         try:
+            with contextlib.suppress(RuntimeError):  # the loop is gone, the call with it
+                portal.loop.call_soon_threadsafe(leave)
             call.wait()
         except BaseException:
+            # Interrupted while leaving (even before `leave` was sent): the cancel makes
+            # the async side leave (release) and this waits for it.
             call.interrupt()
             raise
         finally:

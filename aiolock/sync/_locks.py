@@ -115,11 +115,14 @@ class LockMethods:
     def try_lock(self, wait: TimeArg = 0, lease: TimeArg = None) -> bool:
         """Try for up to ``wait`` s (0: one attempt, None: forever); True if acquired."""
         h = self._async()
-        return bool(self._rt.run(h.try_lock(wait, lease), undo=lambda ok: _unlock_if(h, ok)))
+        # run()'s value returned as it is: no call (bool()) where an interruption could
+        # land between the acquire and the caller (see Portal.run).
+        ok: bool = self._rt.run(h.try_lock(wait, lease), undo=lambda ok: _unlock_if(h, ok))
+        return ok
 
     def unlock(self) -> None:
         """Release one hold; LockNotOwnedError / LockLostError if this holder has none."""
-        self._rt.run(self._async().unlock())
+        self._rt.run(self._async().unlock(), finish=True)
 
     def extend(self, lease: TimeArg) -> None:
         """Make this holder's lease ``lease`` seconds from now."""
@@ -135,7 +138,7 @@ class LockMethods:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._rt.run(self._async().__aexit__(exc_type, exc, tb))
+        self._rt.run(self._async().__aexit__(exc_type, exc, tb), finish=True)
 
     def acquired(
         self, wait: TimeArg = None, lease: TimeArg = None
@@ -265,7 +268,8 @@ class FencedLock(_Handle):
     def lock_and_get_token(self, lease: TimeArg = None) -> int:
         """Block until acquired; the acquisition's fencing token."""
         h = self._async()
-        return int(self._rt.run(h.lock_and_get_token(lease), undo=lambda _: h.unlock()))
+        token: int = self._rt.run(h.lock_and_get_token(lease), undo=lambda _: h.unlock())
+        return token
 
     def try_lock_and_get_token(self, wait: TimeArg = 0, lease: TimeArg = None) -> int | None:
         """Try for up to ``wait`` s; the fencing token, or None if not acquired."""

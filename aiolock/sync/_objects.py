@@ -95,11 +95,13 @@ class Semaphore(_Counted):
             if ok:
                 await a.release(permits)
 
-        return bool(self._rt.run(a.try_acquire(permits, wait), undo=undo))
+        # As it is: no call (bool()) between the acquire and the caller (see Portal.run).
+        ok: bool = self._rt.run(a.try_acquire(permits, wait), undo=undo)
+        return ok
 
     def release(self, permits: int = 1) -> None:
         """Give ``permits`` back."""
-        self._rt.run(self._a.release(permits))
+        self._rt.run(self._a.release(permits), finish=True)
 
     def drain_permits(self) -> int:
         """Take every free permit; how many."""
@@ -121,7 +123,7 @@ class Semaphore(_Counted):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._rt.run(self._a.__aexit__(exc_type, exc, tb))
+        self._rt.run(self._a.__aexit__(exc_type, exc, tb), finish=True)
 
 
 class PermitExpirableSemaphore(_Counted):
@@ -133,7 +135,8 @@ class PermitExpirableSemaphore(_Counted):
     def acquire(self, lease: TimeArg = None) -> str:
         """Block until a permit is taken; its id (``lease`` None: it never expires)."""
         a = self._a
-        return str(self._rt.run(a.acquire(lease), undo=a.release))
+        permit: str = self._rt.run(a.acquire(lease), undo=a.release)
+        return permit
 
     def try_acquire(self, wait: TimeArg = 0, lease: TimeArg = None) -> str | None:
         """Try for up to ``wait`` s; the permit's id, or None."""
@@ -148,7 +151,7 @@ class PermitExpirableSemaphore(_Counted):
 
     def release(self, permit_id: str) -> None:
         """Give the permit ``permit_id`` back (any thread of any client may)."""
-        self._rt.run(self._a.release(permit_id))
+        self._rt.run(self._a.release(permit_id), finish=True)
 
     def set_permits(self, permits: int) -> None:
         """Set the total of permits, those taken included."""

@@ -120,8 +120,10 @@ class Call:
 
     def _start(self) -> None:
         coro = self._coro
-        if coro is None:
-            return  # ended already (failed when the loop stopped)
+        if coro is None or self._task is not None:
+            # Ended already (failed when the loop stopped), or scheduled twice (a call
+            # that must finish, rescheduled after an interruption in its scheduling).
+            return
         if self._cancelled:
             self._end(None, asyncio.CancelledError())  # cancelled before it began
             return
@@ -144,7 +146,12 @@ class Call:
     def _cancel_task(self) -> None:
         task = self._task
         self._undoing = True
-        if task is not None and task.cancel():
+        if task is None:
+            # Never started: not scheduled (an interruption came before), or started and
+            # ended already; either way it ends here, cancelled (once: _end is idempotent).
+            self._end(None, asyncio.CancelledError())
+            return
+        if task.cancel():
             # A task cancelled before its first step never runs _drive's body: end it here.
             task.add_done_callback(lambda _: self._end(None, asyncio.CancelledError()))
 
@@ -159,9 +166,13 @@ class Call:
 
     def wait(self) -> None:
         """Block until the call has ended (interruptible: KeyboardInterrupt gets through)."""
+        if self._coro is None:
+            # Ended (set before the lock is released): return without the lock, which an
+            # earlier wait, interrupted between its acquire and its release, may hold.
+            return
         lock = self._lock
         lock.acquire()
-        lock.release()  # stays released: done() and later waits return at once
+        lock.release()  # stays released: later waits return at once
 
     def result(self) -> Any:
         """The call's value, or its exception raised (once it has ended)."""
@@ -216,20 +227,37 @@ async def _drive(call: Call, coro: Coroutine[Any, Any, Any]) -> None:
     try:
         value = await coro
     except BaseException as exc:  # CancelledError too: the caller raises it, not the loop
-        if call.undos:
+        if call._undoing:
             await _settle(call.undos)
         call._end(None, exc)
     else:
-        if call.undos:  # a cancel the call swallowed, or that came as it returned
+        if call._undoing:  # a cancel the call swallowed, or that came as it returned
             await _settle(call.undos)
         call._end(value, None)
 
 
 async def _settle(undos: set[asyncio.Task[Any]]) -> None:
-    """Wait (bounded) for a cancelled call's undo; a second cancel stops the wait."""
-    # asyncio.wait, not wait_for: it never cancels the undo, nor swallows a cancel.
+    """Wait (bounded) for a cancelled call's undo; a second cancel stops the wait.
+
+    Some of the undo starts in callbacks the cancel scheduled (a waiter's future done):
+    each round yields to the loop first, until a round finds nothing new to wait for.
+    """
+    deadline = asyncio.get_running_loop().time() + UNDO_BOUND
+    waited: set[asyncio.Task[Any]] = set()
     with contextlib.suppress(asyncio.CancelledError):
-        await asyncio.wait(set(undos), timeout=UNDO_BOUND)
+        while True:
+            await asyncio.sleep(0)
+            pending = {task for task in undos if not task.done()}
+            if not pending and undos <= waited:
+                return
+            waited |= undos
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                return
+            if pending:
+                # asyncio.wait, not wait_for: it never cancels the undo, nor swallows a
+                # cancel.
+                await asyncio.wait(pending, timeout=left)
 
 
 def _undo_filing_factory(
@@ -333,28 +361,44 @@ class Portal:
         self,
         coro: Coroutine[Any, Any, T],
         undo: Callable[[T], Awaitable[object]] | None = None,
+        *,
+        finish: bool = False,
     ) -> T:
         """Run ``coro`` in the loop; block this thread for its result.
 
         An exception raised in this thread meanwhile (KeyboardInterrupt, a time limit's)
         cancels the task, waits for its end and, if it had succeeded all the same, runs
-        ``undo(result)`` (releasing what it acquired), then propagates.
+        ``undo(result)`` (releasing what it acquired), then propagates. ``finish``: a call
+        that must be made whatever happens (a release, a block's exit) is not cancelled:
+        the exception propagates once it has ended (a second one stops the wait).
         """
-        call = self.start(coro)
+        call = self.prepare(coro)
         try:
+            # Scheduled inside the try: an interruption landing anywhere after prepare()
+            # cancels the call (one not scheduled yet ends at once, see _cancel_task).
+            call.schedule()
             call.wait()
+            self._calls.discard(call)
+            error = call.error
+            result: T = call.value
         except BaseException:
+            if finish:
+                # Scheduled again in case the interruption came before it was: the loop
+                # starts it once.
+                with contextlib.suppress(RuntimeError):  # the loop is gone: it failed it
+                    call.schedule()
+                call.wait()
+            self._calls.discard(call)
             if not call.done():
                 call.interrupt()
             if undo is not None and call.done() and call.error is None:
                 self.run(_awaited(undo(call.value)))
             raise
-        finally:
-            self._calls.discard(call)
-        error = call.error
+        # No call from here to the caller's next statement: a signal handler's exception
+        # (raised at a call, not at a return) cannot land between a success and its caller.
+        # Those who return run()'s value likewise return it as it is (no bool()/int()).
         if error is not None:
             raise error
-        result: T = call.value
         return result
 
     def start(
@@ -365,6 +409,20 @@ class Portal:
         """Schedule ``coro`` as a call; the caller waits on it and then forgets it.
 
         ``ended``: a future set to None when the call ends, if nothing set it before.
+        """
+        call = self.prepare(coro, ended)
+        call.schedule()
+        return call
+
+    def prepare(
+        self,
+        coro: Coroutine[Any, Any, Any],
+        ended: concurrent.futures.Future[Any] | None = None,
+    ) -> Call:
+        """``coro`` as a call, listed but not scheduled: the caller schedules it.
+
+        The caller schedules it within its ``try``, so that an interruption landing just
+        after the scheduling (a signal handler runs at any call) is one it handles.
         """
         if threading.current_thread() is self.thread:
             coro.close()
@@ -387,7 +445,6 @@ class Portal:
                 raise ClientClosedError("the aiolock client")
             # Listed before it is scheduled: a loop that stops fails what it never ran.
             self._calls.add(call)
-            call.schedule()
         return call
 
     def forget(self, call: Call) -> None:

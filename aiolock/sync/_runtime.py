@@ -66,14 +66,18 @@ class Runtime:
             return current
 
     def run(
-        self, coro: Coroutine[Any, Any, T], undo: Callable[[T], Awaitable[object]] | None = None
+        self,
+        coro: Coroutine[Any, Any, T],
+        undo: Callable[[T], Awaitable[object]] | None = None,
+        *,
+        finish: bool = False,
     ) -> T:
         try:
             where = self.portal()
         except BaseException:
             coro.close()
             raise
-        return where.run(coro, undo)
+        return where.run(coro, undo, finish=finish)
 
     def close(self) -> None:
         with self._lock:

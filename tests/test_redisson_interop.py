@@ -805,3 +805,44 @@ async def test_inspect_shows_java_holders_and_waiters(
     ((first,),) = [shown["queue"]]
     assert (first["id"], first["thread"]) == (queued_id, int(queued_id.rsplit(":", 1)[1]))
     assert first["subscribed"] == 1
+
+
+async def test_semaphore_waiters_for_several_permits_across_languages(
+    java: Java, py: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A waiter for two permits is served once the other language has released two, one at
+    a time, both ways round."""
+    sem = py.semaphore(name)
+    assert await sem.try_set_permits(0)
+    channel = f"redisson_sc:{{{name}}}"
+    waiting = asyncio.ensure_future(sem.try_acquire(permits=2, wait=LONG))
+    await py_parked(py)
+    await java.call("a", "semaphore", name, "release", permits=1)
+    assert await sem.available_permits() == 1
+    assert not waiting.done()
+    await java.call("a", "semaphore", name, "release", permits=1)
+    assert await waiting
+    java_waiter = java.send("w", "semaphore", name, "tryAcquire", permits=2, wait=LONG)
+    await java_parked(raw, channel)
+    await sem.release()
+    await sem.release()
+    assert await asyncio.wrap_future(java_waiter)
+    assert await sem.available_permits() == 0
+    await raw.delete(name)
+
+
+async def test_expired_python_permit_serves_a_parked_java_waiter(
+    java: Java, py: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """A permit aiolock took with a short lease comes back, by its expiry alone, to a Java
+    waiter parked meanwhile (Redisson reads aiolock's expiry entries and times its wait by
+    the earliest)."""
+    sem = py.permit_expirable_semaphore(name)
+    assert await sem.try_set_permits(1)
+    await sem.acquire(lease=1.0)
+    waiter = java.send("w", "pes", name, "tryAcquire", wait=LONG, lease=LONG)
+    permit = await asyncio.wrap_future(waiter)
+    assert isinstance(permit, str)
+    await java.call("w", "pes", name, "release", permit=permit)
+    assert await sem.available_permits() == 1
+    await raw.delete(name, f"{{{name}}}:timeout")

@@ -241,13 +241,23 @@ class Client:
         """A reentrant lock whose waiters poll with back-off, no pub/sub (RSpinLock)."""
         return SpinLock(self._engine, name, owner=owner)
 
-    def semaphore(self, name: str) -> Semaphore:
-        """A counting semaphore (Redisson RSemaphore layout); permits have no owner."""
-        return Semaphore(self._engine, name)
+    def semaphore(self, name: str, permits: int | None = None) -> Semaphore:
+        """A counting semaphore (Redisson RSemaphore layout); permits have no owner.
 
-    def permit_expirable_semaphore(self, name: str) -> PermitExpirableSemaphore:
-        """A semaphore of permits taken by id, each with a lease (RPermitExpirableSemaphore)."""
-        return PermitExpirableSemaphore(self._engine, name)
+        ``permits``: the permits it is declared with: an acquire that finds no state sets
+        them first, atomically (Redisson's trySetPermits), so a restart without
+        persistence or a failover re-seeds it. None: set them with ``try_set_permits``.
+        """
+        return Semaphore(self._engine, name, permits)
+
+    def permit_expirable_semaphore(
+        self, name: str, permits: int | None = None
+    ) -> PermitExpirableSemaphore:
+        """A semaphore of permits taken by id, each with a lease (RPermitExpirableSemaphore).
+
+        ``permits`` as for :meth:`semaphore`.
+        """
+        return PermitExpirableSemaphore(self._engine, name, permits)
 
     def count_down_latch(self, name: str) -> CountDownLatch:
         """A count-down latch (Redisson RCountDownLatch layout)."""

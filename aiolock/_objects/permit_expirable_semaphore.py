@@ -22,7 +22,7 @@ from .._exceptions import LockLostError, LockNotOwnedError, LockTimeoutError
 from .._keys import suffixed
 from .._net.scripts import load_script
 from .handle import release_at_exit
-from .semaphore import PermitCount, Permits
+from .semaphore import PermitCount, Permits, declared
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
@@ -42,15 +42,15 @@ class PermitState(PermitCount):
 
     __slots__ = ("timeouts",)
 
-    def __init__(self, settings: Settings, name: str) -> None:
-        super().__init__(settings, name)
+    def __init__(self, settings: Settings, name: str, permits: int | None = None) -> None:
+        super().__init__(settings, name, permits)
         self.timeouts = suffixed(self.key, "timeout")
 
     def take(self, ids: list[bytes], lease_ms: int, tombstone: str) -> Invocation:
         return Invocation(
             load_script("psem_acquire"),
             [self.key, self.timeouts, self.chan, tombstone],
-            [lease_ms, NEVER, self.settings.publish, *ids],
+            [lease_ms, NEVER, self.settings.publish, self.seed, *ids],
         )
 
     def give_back(self, ids: list[bytes], tombstone: str) -> Invocation:
@@ -99,15 +99,17 @@ class PermitExpirableSemaphore(Permits):
     ``client.permit_expirable_semaphore(name)`` creates one. ``acquire()`` answers the
     permit's id (32 hex characters); any task of any client releases it with
     ``release(id)``. A permit whose lease ran out comes back by itself. Set the permits
-    first with ``try_set_permits(n)``.
+    first with ``try_set_permits(n)``, or declare them with ``permits=n``: an acquire that
+    finds no state sets them first, atomically (a restart without persistence or a
+    failover then re-seeds instead of starving every caller).
     """
 
     __slots__ = ()
 
     _s: PermitState
 
-    def __init__(self, engine: Engine, name: str) -> None:
-        super().__init__(engine, PermitState(engine.settings, name))
+    def __init__(self, engine: Engine, name: str, permits: int | None = None) -> None:
+        super().__init__(engine, PermitState(engine.settings, name, declared(permits)))
 
     async def available_permits(self) -> int:
         """The permits available now, those whose lease ran out included."""

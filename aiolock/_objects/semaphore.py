@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from .._config import Settings
     from .._engine.engine import Engine
 
-__all__ = ("PermitCount", "Permits", "Semaphore", "SemaphoreState")
+__all__ = ("PermitCount", "Permits", "Semaphore", "SemaphoreState", "declared")
 
 
 class PermitCount(Waitable):
@@ -37,14 +37,17 @@ class PermitCount(Waitable):
     and the scripts that set it and add to it.
     """
 
-    __slots__ = ("chan",)
+    __slots__ = ("chan", "seed")
 
     # Redisson's release publishes the count available after it, not the permits freed.
     counts_available = True
 
-    def __init__(self, settings: Settings, name: str) -> None:
+    def __init__(self, settings: Settings, name: str, permits: int | None = None) -> None:
         super().__init__(settings, name)
         self.chan = semaphore_channel(self.key)
+        #: The permits the handle was declared with, as the acquire scripts take them
+        #: ('' for none): an acquire that finds no state sets them first (seed.lua).
+        self.seed = "" if permits is None else str(permits)
 
     def channel(self, holder: str) -> str:
         return self.chan
@@ -90,7 +93,7 @@ class SemaphoreState(PermitCount):
         return Invocation(
             load_script("semaphore_acquire"),
             [self.key, receipt],
-            [permits, self.settings.latch_ttl_ms],
+            [permits, self.settings.latch_ttl_ms, self.seed],
         )
 
     def give_back(self, permits: int, receipt: str) -> Invocation:
@@ -120,6 +123,13 @@ def _taken(reply: Any) -> Outcome:
     if int(reply[0]) == 1:
         return Outcome(done=True, left=int(reply[1]))
     return Outcome(done=False, spare=int(reply[1]) > 0)
+
+
+def declared(permits: object) -> int | None:
+    """A semaphore's declared ``permits=`` (None: not declared), checked when the handle is made."""
+    if permits is None:
+        return None
+    return check_count(permits, "permits", minimum=0)
 
 
 class Permits:
@@ -161,15 +171,17 @@ class Semaphore(Permits):
     Permits have no owner: any task of any client may release them, and releases are not
     bounded by the permits set (as in Redisson). ``async with sem:`` takes one permit and
     gives it back on exit, cancelled or not. A semaphore that was never set has no permits:
-    call ``try_set_permits(n)`` first.
+    call ``try_set_permits(n)`` first, or declare them: ``client.semaphore(name,
+    permits=n)`` makes every acquire that finds no state (never set, or lost with a restart
+    without persistence or a failover) set ``n`` first, atomically, as ``try_set_permits``.
     """
 
     __slots__ = ()
 
     _s: SemaphoreState
 
-    def __init__(self, engine: Engine, name: str) -> None:
-        super().__init__(engine, SemaphoreState(engine.settings, name))
+    def __init__(self, engine: Engine, name: str, permits: int | None = None) -> None:
+        super().__init__(engine, SemaphoreState(engine.settings, name, declared(permits)))
 
     async def available_permits(self) -> int:
         """The number of permits available now (0 if the semaphore was never set)."""

@@ -7,7 +7,9 @@
 -- ARGV[1]  lease in ms, or -1: the permits never expire
 -- ARGV[2]  the "never expires" score, 922337203685477 (Redisson's)
 -- ARGV[3]  publish command: PUBLISH or SPUBLISH
--- ARGV[4…] the ids of this attempt, one per permit (fresh per attempt)
+-- ARGV[4]  the permits the semaphore is declared with ('' if none): set first if it has no
+--          state (seed.lua)
+-- ARGV[5…] the ids of this attempt, one per permit (fresh per attempt)
 --
 -- Returns {1} when the permits were taken (each id scored with its expiry), {0, ms} when
 -- too few are available and the earliest permit taken expires in ms, {0, -1} when none
@@ -19,6 +21,8 @@
 -- the semaphore's TTL if it has one, as in Redisson.
 
 --@include times
+--@include counts
+--@include seed
 --@include permits
 --@include clock
 --@include reclaim
@@ -26,13 +30,14 @@ if ARGV[1] ~= '-1' then
     check_ms(ARGV[1])
 end
 
-local wanted = #ARGV - 3
-if redis.call('zscore', KEYS[2], ARGV[4]) then
+local wanted = #ARGV - 4
+if redis.call('zscore', KEYS[2], ARGV[5]) then
     return {1}
 end
 if redis.call('exists', KEYS[4]) == 1 then
     return {0, -1}
 end
+seed_permits(KEYS[1], ARGV[4])
 local now = server_ms()
 reclaim(KEYS[1], KEYS[2], KEYS[3], ARGV[3], now, wanted)
 local available = tonumber(redis.call('get', KEYS[1]))
@@ -42,7 +47,7 @@ if available and available >= wanted then
         expiry = now + tonumber(ARGV[1])
     end
     redis.call('decrby', KEYS[1], wanted)
-    for i = 4, #ARGV do
+    for i = 5, #ARGV do
         redis.call('zadd', KEYS[2], expiry, ARGV[i])
     end
     local ttl = redis.call('pttl', KEYS[1])

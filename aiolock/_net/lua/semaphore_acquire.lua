@@ -4,6 +4,8 @@
 -- KEYS[2]  this attempt's receipt: "taken" once it took, "void" once rolled back
 -- ARGV[1]  permits to take (>= 1)
 -- ARGV[2]  receipt TTL in ms
+-- ARGV[3]  the permits the semaphore is declared with ('' if none): set first if it has no
+--          state (seed.lua)
 --
 -- Returns {1, left} if the permits were taken (left: the permits available after the take,
 -- which the caller's client wakes that many of its waiters for), {0, available} if fewer
@@ -16,6 +18,7 @@
 
 --@include times
 --@include counts
+--@include seed
 
 check_ms(ARGV[2])
 check_count(ARGV[1], false)
@@ -27,6 +30,7 @@ if receipt then
     end
     return {0, 0}
 end
+seed_permits(KEYS[1], ARGV[3])
 local available = tonumber(redis.call('get', KEYS[1])) or 0
 if available < tonumber(ARGV[1]) then
     return {0, available}

@@ -2,10 +2,11 @@
 
 Two ways a guarded hold is lost, ``--n`` times each (default 100), one at a time:
 
-* **found gone**: another client ``force_unlock()``s the lock; the holder's renewal (a
-  round run here on demand, ``renew_once()``, as the watchdog would) finds it gone and tells
-  the guard. Measured from that moment (the guard's ``Hold.lose``, timed by a wrapper) to
-  the body's ``CancelledError``.
+* **found gone**: another client ``force_unlock()``s the lock; the unlock message on the
+  lock's channel (every guarded hold watches it since 6b2a2f1) or the holder's renewal (a
+  round run here on demand, ``renew_once()``, as the watchdog would), whichever comes
+  first, finds it gone and tells the guard. Measured from that moment (the guard's
+  ``Hold._lose``, timed by a wrapper) to the body's ``CancelledError``.
 * **not confirmed**: ``guarded(lease=0.05)``, never renewed: the guard's timer fires at
   ``confirmed_until``. Measured from ``confirmed_until`` to the body's ``CancelledError``.
 
@@ -61,13 +62,13 @@ async def found_gone(url: str, n: int) -> list[float]:
     """Lost by force_unlock() elsewhere, found by a renewal round."""
     loop = asyncio.get_running_loop()
     told: dict[_guard.Hold, float] = {}
-    original: Callable[[_guard.Hold, str], None] = _guard.Hold.lose
+    original: Callable[[_guard.Hold, str], None] = _guard.Hold._lose
 
     def timed(hold: _guard.Hold, why: str) -> None:
         told.setdefault(hold, loop.time())
         original(hold, why)
 
-    _guard.Hold.lose = timed  # type: ignore[method-assign,assignment]
+    _guard.Hold._lose = timed  # type: ignore[method-assign,assignment]
     holder = aiolock.Client.from_url(url, watchdog_timeout=30)
     other = aiolock.Client.from_url(url)
     latencies: list[float] = []
@@ -83,7 +84,7 @@ async def found_gone(url: str, n: int) -> list[float]:
             hold, stopped = out[0]
             latencies.append(stopped - told[hold])
     finally:
-        _guard.Hold.lose = original  # type: ignore[method-assign,assignment]
+        _guard.Hold._lose = original  # type: ignore[method-assign,assignment]
         await holder.aclose()
         await other.aclose()
     return latencies

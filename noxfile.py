@@ -141,9 +141,9 @@ def _warn_missing_pythons(session: nox.Session) -> None:
     if missing and session.python in PYTHONS:
         session.warn(
             f"Python {', '.join(missing)} not found here: tests-{', tests-'.join(missing)} "
-            f"will be SKIPPED, so these tests ran on Python {session.python} only. CI runs "
-            "every version (--error-on-missing-interpreters); install them, or nox[pbs] to "
-            "download them, to run them here."
+            f"cannot run (nox SKIPS them), so these tests ran on Python {session.python} "
+            "only. CI runs every version (--error-on-missing-interpreters); install them, or "
+            "nox[pbs] to download them, to run them here."
         )
 
 

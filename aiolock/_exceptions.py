@@ -28,9 +28,10 @@ class LockNotOwnedError(LockError):
     The holder never held it, or already released every hold it had.
     """
 
-    def __init__(self, name: str, holder: str, detail: str = "") -> None:
+    def __init__(self, name: str, holder: str, detail: str = "", *, what: str = "lock") -> None:
         why = f": {detail}" if detail else ""
-        super().__init__(f"lock {name!r} is not held by {holder}{why}")
+        # ``what``: the object's kind in words ("semaphore" for a permit's).
+        super().__init__(f"{what} {name!r} is not held by {holder}{why}")
         self.name = name
         self.holder = holder
 
@@ -45,9 +46,9 @@ class LockLostError(LockError):
     notices; this error reports it to the holder at its next ``unlock()``.
     """
 
-    def __init__(self, name: str, holder: str, detail: str = "") -> None:
+    def __init__(self, name: str, holder: str, detail: str = "", *, what: str = "lock") -> None:
         why = f" ({detail})" if detail else ""
-        super().__init__(f"lock {name!r} held by {holder} was lost{why}")
+        super().__init__(f"{what} {name!r} held by {holder} was lost{why}")
         self.name = name
         self.holder = holder
 
@@ -118,8 +119,6 @@ class ReleaseError(LockError):
     out with its lease. ``unlock()`` called directly raises the redis-py error as it is.
     """
 
-    def __init__(self, name: str, cause: BaseException) -> None:
-        super().__init__(
-            f"lock {name!r}: the block finished, but releasing the lock failed: {cause!r}"
-        )
+    def __init__(self, name: str, cause: BaseException, *, what: str = "lock") -> None:
+        super().__init__(f"{what} {name!r}: the block finished, but releasing it failed: {cause!r}")
         self.name = name

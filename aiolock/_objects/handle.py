@@ -65,7 +65,10 @@ class LockStatistics:
 
 
 async def release_at_exit(
-    name: str, release: Callable[[], Awaitable[None]], body_error: BaseException | None
+    name: str,
+    release: Callable[[], Awaitable[None]],
+    body_error: BaseException | None,
+    what: str = "lock",
 ) -> None:
     """Release (``release()``) at the end of a block, never hiding the body's exception.
 
@@ -84,7 +87,7 @@ async def release_at_exit(
         # The server's or the network's failure (after the client's retries): the
         # release failed. Anything else (the lock's own errors, a misuse) as it is.
         failed = isinstance(exc, (RedisError, OSError)) and not isinstance(exc, LockError)
-        error = ReleaseError(name, exc) if failed else exc
+        error = ReleaseError(name, exc, what=what) if failed else exc
         if body_error is None:
             if error is exc:
                 raise
@@ -97,7 +100,7 @@ async def release_at_exit(
             body_error,
             error,
         )
-        body_error.add_note(f"aiolock: and releasing lock {name!r} failed: {error!r}")
+        body_error.add_note(f"aiolock: and releasing {what} {name!r} failed: {error!r}")
 
 
 class Acquirable:

@@ -162,9 +162,9 @@ class PermitExpirableSemaphore(Permits):
         try:
             yield permit
         except BaseException as exc:
-            await release_at_exit(self.name, release, exc)
+            await release_at_exit(self.name, release, exc, "semaphore")
             raise
-        await release_at_exit(self.name, release, None)
+        await release_at_exit(self.name, release, None, "semaphore")
 
     async def acquire(self, lease: TimeArg = None) -> str:
         """Take a permit, waiting as long as it takes; its id. ``lease`` None: no expiry."""
@@ -221,8 +221,12 @@ class PermitExpirableSemaphore(Permits):
             # This client held it: gone is lost (its lease ran out unrenewed, it was
             # reclaimed, the semaphore deleted), not a permit it never had.
             why = lost or ("its lease had run out" if int(done) == 2 else "it was gone")
-            raise LockLostError(s.name, f"permit {permit_id}", why)
+            raise LockLostError(s.name, f"permit {permit_id}", why, what="semaphore")
         if int(done) == 0:
-            raise LockNotOwnedError(s.name, f"permit {permit_id}", "no permit has that id")
+            raise LockNotOwnedError(
+                s.name, f"permit {permit_id}", "no permit has that id", what="semaphore"
+            )
         if int(done) == 2:
-            raise LockLostError(s.name, f"permit {permit_id}", "its lease had run out")
+            raise LockLostError(
+                s.name, f"permit {permit_id}", "its lease had run out", what="semaphore"
+            )

@@ -236,9 +236,9 @@ class Semaphore(Permits):
         try:
             yield self
         except BaseException as exc:
-            await release_at_exit(self.name, release, exc)
+            await release_at_exit(self.name, release, exc, "semaphore")
             raise
-        await release_at_exit(self.name, release, None)
+        await release_at_exit(self.name, release, None, "semaphore")
 
     async def acquire(self, permits: int = 1) -> None:
         """Take ``permits``, waiting as long as it takes."""

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
     from .conftest import ClientFactory
 
-WATCHDOG = 0.3  # renewed every 0.1 s: a hold outlives it only through the renewal task
+WATCHDOG = 0.45  # renewed every 0.15 s: a hold outlives it only through the renewal task
 
 
 class Bug(Exception):
@@ -155,7 +155,7 @@ async def _through_every_event(
     # Held past its lease by the renewal task alone: rounds go on, for over WATCHDOG.
     rounds = len(of(events, RenewalRound))
     await wait_until(
-        lambda: len(of(events, RenewalRound)) >= rounds + 5, what="renewal rounds go on"
+        lambda: len(of(events, RenewalRound)) >= rounds + 4, what="renewal rounds go on"
     )
     assert not await other.lock(name).try_lock(wait=0)
     assert await lock.is_held_by_current_task()

@@ -25,6 +25,7 @@ from .._client import Client
 from .._exceptions import LockError, LockLostError, LockNotOwnedError
 from ._connect import BadUrlError, connected
 from ._inspect import KINDS, NOT_LOCKS, Inspector, UnknownKindError
+from ._listing import Lister
 from ._render import object_view, objects_table
 
 __all__ = ("cli", "main")
@@ -193,7 +194,7 @@ def list_(
 
     async def body() -> int:
         async with connected(url, cluster=cluster, sentinel=sentinel) as redis:
-            inspector = Inspector(redis, key_prefix=key_prefix)
+            inspector = Lister(redis, key_prefix=key_prefix)
             objects = inspector.objects(pattern, limit=limit, scan_budget=scan_limit)
             if as_json:
                 # Streamed, an object a line, as the pages are read: memory stays bounded

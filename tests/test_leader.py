@@ -4,7 +4,9 @@ to force_unlock (the work cancelled, a new term begun), ``run()`` returning and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import threading
 import time
 from typing import Any
 
@@ -12,6 +14,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
+import aiolock.sync
 
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, command
@@ -430,3 +433,41 @@ async def test_aclose_ends_a_running_leader_without_a_loss_warning(
     successor = make_client().lock(name)
     assert await successor.try_lock(wait=0)  # released by the close
     await successor.unlock()
+
+
+def test_close_ends_a_running_sync_leader_without_a_loss_warning(
+    redis_url: str, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """c11, the sync face: close() from another thread ends run() with ClientClosedError,
+    with no warning of a lost leadership nor of a new campaign."""
+    client = aiolock.sync.Client.from_url(redis_url)
+    leader = client.leader(name)
+    started = threading.Event()
+    ended: list[BaseException] = []
+
+    def work(term: aiolock.sync.Hold) -> None:
+        started.set()
+        while True:
+            term.sleep(LIMIT)  # raises LockLostError once the term ends
+
+    def run() -> None:
+        try:
+            leader.run(work)
+        except BaseException as exc:  # what run() raised is the outcome
+            ended.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    try:
+        assert started.wait(LIMIT)
+        caplog.set_level(logging.WARNING, logger="aiolock")
+    finally:
+        client.close()
+        thread.join(LIMIT)
+    assert not thread.is_alive()
+    assert [type(exc) for exc in ended] == [aiolock.ClientClosedError]
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert not [line for line in warnings if "lost" in line or "campaign" in line], warnings
+    with contextlib.closing(aiolock.sync.Client.from_url(redis_url)) as successor:
+        assert successor.lock(name).try_lock(wait=0)  # released by the close
+        successor.lock(name).unlock()

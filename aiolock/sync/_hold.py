@@ -258,6 +258,11 @@ class GuardedBlock(TaskBlock[Hold]):
         except LockLostError as error:
             if exc is None:
                 raise
+            if isinstance(exc, LockLostError) and (exc.name, exc.holder) == (
+                error.name,
+                error.holder,
+            ):
+                return  # the body stopped on this very loss (check(), sleep()): told
             # Never hides the body's own exception: the loss is noted on it.
             log.warning("aiolock: %s (the block raised %r)", error, exc)
             exc.add_note(f"aiolock: {error}")

@@ -18,7 +18,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._config import TimeArg, lease_seconds
-from .._exceptions import LockLostError
+from .._exceptions import ClientClosedError, LockLostError
 from .._objects.leader import Leader as AsyncLeaderType
 from ._hold import Block, GuardedBlock, Hold, TaskBlock
 from ._portal import thread_owner
@@ -286,9 +286,12 @@ class Leader:
                     if takes_term:
                         return cast("Callable[[Hold], T]", work)(term)
                     return cast("Callable[[], T]", work)()
-            except LockLostError:
+            except LockLostError as exc:
                 if term is None or not term.lost:
                     raise
+                if self._rt.closed:
+                    # close() ended the term: a clean stop, not a loss; no campaign follows.
+                    raise ClientClosedError from exc
                 log.warning("aiolock: leadership of %r was lost; campaigning again", self._name)
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 if term is not None:

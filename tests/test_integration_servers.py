@@ -15,7 +15,7 @@ waiting                    the holder force-unlocked    200
 waiting                    Redis unreachable            503 (the handler never ran)
 in the handler             the lock force-unlocked      503 (the handler cancelled)
 in the handler             Redis unreachable            503 (cancelled at confirmed_until)
-after the handler's work   the lock force-unlocked      200 (its own response)
+after the handler's work   the lock's key gone          200 (its own response)
 at the release             Redis unreachable            200 (its own response)
 =========================  ===========================  ======
 
@@ -165,8 +165,8 @@ async def test_each_phase_of_a_request_answers_the_documented_status(  # noqa: P
         async with proxy.partition():
             statuses["in the handler, Redis unreachable"] = await parked
 
-        # After the handler's work: the lock force-unlocked.
-        statuses["after the work, lock forced"] = await post("/pay/f?then=forced")
+        # After the handler's work: the lock lost without a word (found by the release).
+        statuses["after the work, lock gone"] = await post("/pay/f?then=gone")
 
         # At the release: Redis unreachable (no answer to the release, nor to its resends).
         with proxy.delay(LIMIT, script("lock_release")):
@@ -191,7 +191,7 @@ async def test_each_phase_of_a_request_answers_the_documented_status(  # noqa: P
         "waiting, Redis unreachable": 503,
         "in the handler, lock forced": 503,
         "in the handler, Redis unreachable": 503,
-        "after the work, lock forced": 200,
+        "after the work, lock gone": 200,
         "at the release, Redis unreachable": 200,
     }
     assert "Traceback" not in log, log

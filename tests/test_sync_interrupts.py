@@ -345,7 +345,11 @@ def _sweep_one(  # noqa: PLR0917 - one case of the sweep, every part of it named
         try:
             cleanup = call()
             # It won the race (woken only): the interruption may still be on its way.
-            assert delivery.handled.wait(LIMIT)
+            # Short waits: a signal that comes just before a blocking wait starts is only
+            # handled when it ends (CPython), at the next turn of this loop.
+            deadline = time.monotonic() + LIMIT
+            while not delivery.handled.wait(0.01):
+                assert time.monotonic() < deadline, "the signal was never handled"
             time.sleep(0)  # a pending signal handler runs here, caught below
         except exc:
             pass

@@ -59,6 +59,9 @@ _local = threading.local()
 #: left running then are waited for once more (as long again) at interpreter exit.
 UNDO_BOUND = 5.0
 
+#: How long a Ctrl-C that came just before the main thread blocked waits to be handled.
+_SIGNAL_POLL = 0.1
+
 # The call a task runs for (its own task and every task it starts, which inherit the
 # context): the loop's task factory files the tasks a cancelled call starts as its undo.
 _CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("aiolock_sync_call")
@@ -171,7 +174,15 @@ class Call:
             # earlier wait, interrupted between its acquire and its release, may hold.
             return
         lock = self._lock
-        lock.acquire()
+        if threading.current_thread() is threading.main_thread():
+            # A signal that comes just before the thread blocks in acquire() is handled
+            # only when acquire() returns (CPython cannot wake it then): a Ctrl-C would
+            # wait for the call's end, for ever for lock(). Short waits in a loop, whose
+            # every turn runs pending signal handlers, bound that delay.
+            while not lock.acquire(timeout=_SIGNAL_POLL):
+                pass
+        else:
+            lock.acquire()
         lock.release()  # stays released: later waits return at once
 
     def result(self) -> Any:

@@ -178,6 +178,12 @@ _RELEASES = frozenset(
 )
 #: The guarded block's calls (the quick sweep takes them on the plain lock only).
 GUARDED_CALLS = frozenset({Call.GUARDED, Call.GUARDED_EXIT})
+#: The channel a guarded hold of each watched kind watches, for a lock named ``{}``.
+_WATCHED_CHANNEL = {
+    "lock": "redisson_lock__channel:{{{}}}",
+    "fenced_lock": "redisson_lock__channel:{{{}}}",
+    "write_lock": "redisson_rwlock:{{{}}}",
+}
 #: A leader's calls: an election is on the plain lock, held by a task (no owner=).
 LEADER_CALLS = frozenset({Call.ELECTED, Call.ELECTED_EXIT})
 
@@ -596,6 +602,8 @@ class _Case:
         self.stack: list[Releaser] = []
         #: The leaders whose terms the case enters (a term watches its lock's channel).
         self.leaders: list[aiolock.Leader] = []
+        #: The guarded holds the case enters (one of a watched kind watches its channel).
+        self.guarded: list[aiolock.Hold] = []
         self.rival_count = 0
         #: Whether force_unlock() deleted the rival's hold (its unlock then raises).
         self.rival_forced = False
@@ -695,7 +703,9 @@ class _Case:
 
             async def fn() -> object:
                 # Entered: the hold is guarded, not lost.
-                return not (await guarded.__aenter__()).lost
+                hold = await guarded.__aenter__()
+                self.guarded.append(hold)
+                return not hold.lost
 
             releaser = _exit_of(guarded)
         elif call is Call.ELECTED:
@@ -911,9 +921,14 @@ class _Case:
         for side, client in (("holder", sweep.a), ("rival", sweep.b)):
             refs = {ch: n for ch, n in client._pubsub.channels().items() if n}
             mine = {ch: n for ch, n in refs.items() if name in ch}
-            # A leader's term under way watches its lock's channel (Engine.watch_taken).
+            # A leader's term under way watches its lock's channel (Engine.watch_taken), as
+            # does a guarded hold of a kind whose channel tells a force (Primitive.watched).
             terms = sum(1 for leader in self.leaders if leader.is_leader) if side == "holder" else 0
-            if terms and mine == {f"redisson_lock__channel:{{{name}}}": terms}:
+            watched = _WATCHED_CHANNEL.get(kind.value)
+            if side == "holder" and watched is not None:
+                terms += sum(1 for hold in self.guarded if not hold.lost and not hold._over)
+            channel = (watched or "redisson_lock__channel:{{{}}}").format(name)
+            if terms and mine == {channel: terms}:
                 continue
             if mine:
                 self.fail(f"{side}'s client still references subscriptions {mine}")

@@ -96,10 +96,6 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     ),
 )
 
-#: Modules still above the size limit, each with the reason it is (none may be added).
-OVERSIZE: dict[str, int] = {}
-MAX_LINES = 510
-
 
 def _rank(module: str) -> int:
     head = module.split(".", maxsplit=1)[0]
@@ -125,14 +121,3 @@ def test_every_layer_is_a_folder() -> None:
     for folder in ("_net", "_engine", "_objects"):
         assert (PACKAGE / folder / "__init__.py").is_file(), folder
     assert (PACKAGE / "_net" / "lua" / "fragments").is_dir()
-
-
-def test_no_module_is_too_long() -> None:
-    """No module is above ~500 lines: a longer one holds more than one concept."""
-    long = {
-        name: lines
-        for path in PACKAGE.rglob("*.py")
-        if (lines := len(path.read_text("utf-8").splitlines()))
-        > OVERSIZE.get(name := _module_name(path), MAX_LINES)
-    }
-    assert not long, long

@@ -449,11 +449,23 @@ class Guarded:
         hold, task, watch = self._hold, self._task, self._watch
         assert hold is not None
         assert task is not None
+        cancelled: asyncio.CancelledError | None = None
         if watch is not None:
-            # It ends by itself (its subscription given back); its own release's message
-            # is not a force (the hold is releasing, then gone).
-            watch.cancel()
+            # Its end (the subscription given back) before the release. A cancel of this
+            # task meanwhile does not skip the release: it is raised once that is done.
             self._watch = None
+            watch.cancel()
+            try:
+                await asyncio.wait([watch])
+            except asyncio.CancelledError as error:
+                cancelled = error
+        try:
+            await self._exit(hold, task, exc)
+        finally:
+            if cancelled is not None:
+                raise cancelled  # a cancel from outside wins
+
+    async def _exit(self, hold: Hold, task: asyncio.Task[Any], exc: BaseException | None) -> None:
         lost = hold.why
         # The cancel the loss caused (if any) is taken back, as asyncio.timeout() does: a
         # CancelledError with no other request pending was ours, and becomes the loss.

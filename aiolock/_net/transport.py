@@ -321,8 +321,7 @@ class CommandTransport:
         if self._lost_at is None and not self.closed:
             self._lost_at = monotonic()
             if self._events is not None:
-                # The holds on this server are settled as soon as it answers again.
-                self._events.connection_lost()
+                self._events.connection_lost()  # its holds are settled once it answers
         self._fail_all(exc)
 
     def _fail_all(self, exc: Exception) -> None:

@@ -67,9 +67,14 @@ async def java(driver: Driver, uid: str, raw: Redis) -> AsyncIterator[Java]:
         return not await raw.pubsub_channels(f"*{uid}*")
 
     await wait_until(unsubscribed, what="Redisson's subscriptions of this test gone")
-    # Some Redisson releases (3.52, for one) leave their unlock latches to expire (they
-    # answer a retried unlock): each must carry an expiry; then they go now, before the
-    # server's leak check.
+
+
+@pytest.fixture(autouse=True)
+async def _unlock_latches(raw: Redis, uid: str) -> AsyncIterator[None]:
+    """Some Redisson releases (3.52, for one) leave their unlock latches to expire (they
+    answer a retried unlock): at the end each must carry an expiry; then they go, before the
+    server's leak check (``raw``'s)."""
+    yield
     latches = [key async for key in raw.scan_iter(match=f"redisson_unlock_latch:*{uid}*")]
     for key in latches:
         assert await raw.pttl(key) > 0, f"{key} would never expire"
@@ -846,3 +851,53 @@ async def test_expired_python_permit_serves_a_parked_java_waiter(
     await java.call("w", "pes", name, "release", permit=permit)
     assert await sem.available_permits() == 1
     await raw.delete(name, f"{{{name}}}:timeout")
+
+
+KILLED_WAITER = """
+import asyncio, sys
+import aiolock
+
+async def main() -> None:
+    client = aiolock.Client.from_url(sys.argv[1], fair_lock_wait_timeout=float(sys.argv[3]))
+    print("queueing", flush=True)
+    await client.fair_lock(sys.argv[2]).lock()
+
+asyncio.run(main())
+"""
+
+
+async def test_dead_python_waiter_is_pruned_from_the_fair_queue_by_java(
+    redisson: Build, redis_url: str, raw: Redis, name: str
+) -> None:
+    """A Python waiter killed in a fair lock's queue is dropped by the Java waiter behind
+    it once the dead waiter's queue timeout has passed (both sides' fair-lock wait timeout
+    short here), as it drops a dead Java waiter: the two sides agree on the queue's
+    timeouts."""
+    fair_wait = 2.0
+    options = {"watchdog": round(WATCHDOG * 1000), "fair_wait_timeout": round(fair_wait * 1000)}
+    with redisson_driver.running(redisson, redis_url, **options) as java:
+        if not java.features["fairWaitTimeout"]:
+            pytest.skip(f"Redisson {java.version} has a fixed fair-lock wait timeout (5 min)")
+        # Under the watchdog: a waiter's queue timeout counts from the holder's lease (as
+        # Redisson's), so a long explicit lease would keep the dead waiter queued that long.
+        await java.call("h", "fair", name, "lock")
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            KILLED_WAITER,
+            redis_url,
+            name,
+            str(fair_wait),
+            stdout=asyncio.subprocess.PIPE,
+        )
+        try:
+            await queued(raw, name, 1)
+            process.kill()
+        finally:
+            await process.wait()
+        waiter = java.send("w", "fair", name, "lock")
+        await queued(raw, name, 2)
+        await java.call("h", "fair", name, "unlock")
+        await asyncio.wrap_future(waiter)
+        await java.call("w", "fair", name, "unlock")
+    assert not await raw.exists(name, fair_queue(name), fair_timeouts(name))

@@ -171,20 +171,30 @@ public final class Driver {
     }
   }
 
-  /** A NameMapper prefixing every name: on Config from 4.x, on the server config before. */
+  /** A NameMapper prefixing every name: on Config in 4.x, on the server config in 3.x. */
   private static void setNameMapper(Config config, SingleServerConfig server, String prefix)
       throws Exception {
-    Class<?> mapperType = Class.forName("org.redisson.config.NameMapper");
+    // org.redisson.api.NameMapper in 3.x, org.redisson.config.NameMapper in 4.x.
+    Class<?> mapperType;
+    try {
+      mapperType = Class.forName("org.redisson.config.NameMapper");
+    } catch (ClassNotFoundException e) {
+      mapperType = Class.forName("org.redisson.api.NameMapper");
+    }
     Object mapper =
         Proxy.newProxyInstance(
             mapperType.getClassLoader(),
             new Class<?>[] {mapperType},
             (proxy, method, args) -> {
-              String name = (String) args[0];
               return switch (method.getName()) {
-                case "map" -> prefix + name;
-                case "unmap" -> name.startsWith(prefix) ? name.substring(prefix.length()) : name;
-                default -> method.invoke(proxy, args);
+                case "map" -> prefix + args[0];
+                case "unmap" -> {
+                  String name = (String) args[0];
+                  yield name.startsWith(prefix) ? name.substring(prefix.length()) : name;
+                }
+                case "hashCode" -> System.identityHashCode(proxy);
+                case "equals" -> proxy == args[0];
+                default -> "NameMapper(" + prefix + ")";
               };
             });
     try {

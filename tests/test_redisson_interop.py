@@ -22,6 +22,7 @@ import redis
 from redis.asyncio import Redis
 
 import aiolock
+import aiolock.events
 import aiolock.sync
 
 from . import redisson_driver
@@ -901,3 +902,32 @@ async def test_dead_python_waiter_is_pruned_from_the_fair_queue_by_java(
         await asyncio.wrap_future(waiter)
         await java.call("w", "fair", name, "unlock")
     assert not await raw.exists(name, fair_queue(name), fair_timeouts(name))
+
+
+async def test_events_see_java_holders_as_contention(
+    java: Java, py: aiolock.Client, name: str
+) -> None:
+    """A client's listeners see a Java hold only as contention: the Python waiter's Waiting,
+    AcquireFailed and Acquired (with its own holder id), never an event with the Java holder."""
+    events: list[aiolock.events.Event] = []
+    py.add_listener(events.append)
+    lock = py.lock(name, owner="p")
+    await java.call("h", "lock", name, "lock", lease=LONG)
+    assert not await lock.try_lock()
+    waiting = asyncio.ensure_future(lock.try_lock(wait=LONG))
+    await py_parked(py)
+    await java.call("h", "lock", name, "unlock")
+    assert await waiting
+    await lock.unlock()
+    waits = [event.waiting for event in events if isinstance(event, aiolock.events.Waiting)]
+    assert waits == [1, 0]
+    rest = [event for event in events if not isinstance(event, aiolock.events.Waiting)]
+    kinds = [type(event).__name__ for event in rest]
+    assert kinds == ["AcquireFailed", "Acquired", "Released"], kinds
+    failed, acquired, _ = rest
+    assert isinstance(failed, aiolock.events.AcquireFailed)
+    assert failed.reason == "timeout"
+    assert isinstance(acquired, aiolock.events.Acquired)
+    assert acquired.holder == f"{py.id}:owner:p"
+    java_holder = await java.holder("h")
+    assert all(getattr(event, "holder", None) != java_holder for event in events)

@@ -579,3 +579,30 @@ async def test_release_permit_gives_back_a_stuck_permit(
             "not a permit-expirable semaphore",
         )
     del other
+
+
+async def test_list_reads_pages_without_scripts_for_a_user_that_may_not_run_them(
+    make_client: ClientFactory, raw: Redis, redis_url: str, uid: str
+) -> None:
+    """list reads a page with one script; a user without EVAL gets the same listing."""
+    user = f"noscripts{uid}"
+    await raw.execute_command(  # type: ignore[no-untyped-call]
+        "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-eval", "-evalsha", "-script"
+    )
+    client = make_client()
+    locks = [client.lock(f"paged:{uid}:{i}") for i in range(3)]
+    for lock in locks:
+        await lock.lock()
+    try:
+        listings = []
+        for url in (redis_url, redis_url.replace("redis://", f"redis://{user}:pw@", 1)):
+            run = await aiolock_cli("list", url, f"paged:{uid}:*", "--json")
+            assert run.code == 0, run
+            listings.append(
+                sorted((o["name"], o["holders"][0]["client"]) for o in run.json()["objects"])
+            )
+        assert listings[0] == listings[1] == [(f"paged:{uid}:{i}", client.id) for i in range(3)]
+    finally:
+        for lock in locks:
+            await lock.unlock()
+        await raw.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import NoPermissionError
 
 from .._keys import (
     fair_queue_key,
@@ -24,6 +25,7 @@ from .._keys import (
     semaphore_channel,
     suffixed,
 )
+from .._net.scripts import load_script
 from ._inspect import (
     KINDS,
     Inspector,
@@ -71,6 +73,8 @@ class Lister(Inspector):
         super().__init__(redis, key_prefix=key_prefix)
         #: Whether the last :meth:`objects` was cut short (by its limit or scan budget).
         self.truncated = False
+        # Pages are read by list_page.lua until the server refuses scripts to this user.
+        self._scripted = True
 
     async def _scan_pages(
         self, pattern: str, kind: str, budget: list[int]
@@ -242,9 +246,62 @@ class Lister(Inspector):
     async def _read_common(
         self, hashes: list[str], strings: list[str], others: list[str]
     ) -> list[dict[str, Any]]:
-        """The views of plain locks and counters, in one pipeline; the rest to ``others``."""
+        """The views of plain locks and counters, in one round trip; the rest to ``others``."""
+        channels = [lock_channel(self._prefix + name) for name in hashes]
+        for name in strings:
+            channels += (semaphore_channel(self._prefix + name), latch_channel(self._prefix + name))
+        rows, numsub = await self._rows(hashes, strings, channels)
+        waiting = {_text(c): int(n) for c, n in _pairs(numsub)}
+        found: list[dict[str, Any]] = []
+        for name, (raw, pttl, rarer) in zip(hashes, rows, strict=False):
+            fields = {_text(k): _text(v) for k, v in raw.items()} if raw else {}
+            if rarer or "mode" in fields:
+                others.append(name)
+            elif fields and _hold_counts(fields):
+                found.append(_lock_info(self._prefix, name, fields, pttl, waiting))
+        for name, (value, pttl, rarer) in zip(strings, rows[len(hashes) :], strict=True):
+            if rarer:
+                others.append(name)
+            elif _int(value) is not None:
+                found.append(_counter_info(self._prefix, name, _int(value), pttl, waiting))
+        return found
+
+    async def _rows(
+        self, hashes: list[str], strings: list[str], channels: list[str]
+    ) -> tuple[list[tuple[Any, Any, int]], Any]:
+        """Per name (hashes, then strings): data, PTTL, how many rarer kinds' keys exist.
+
+        Data: a hash's fields as a dict, a string's value; and the channels' NUMSUB. One
+        pipeline: ``list_page.lua`` for the page (one reply instead of three a name)
+        and PUBSUB NUMSUB. A user that may not run scripts gets the same in plain
+        commands.
+        """
+        if self._scripted:
+            keys: list[str] = []
+            for name in (*hashes, *strings):
+                key = self._prefix + name
+                keys += (
+                    key,
+                    fair_queue_key(key),
+                    fair_timeout_key(key),
+                    fenced_token_key(key),
+                    suffixed(key, "timeout"),
+                )
+            types = ["hash"] * len(hashes) + ["string"] * len(strings)
+            pipe = self._redis.pipeline(transaction=False)
+            pipe.eval(load_script("list_page").text, len(keys), *keys, *types)
+            pipe.execute_command("PUBSUB", "NUMSUB", *channels)
+            try:
+                page, numsub = await pipe.execute()
+            except NoPermissionError:
+                self._scripted = False
+            else:
+                rows = [
+                    (dict(_pairs(data)) if i < len(hashes) and data else data, pttl, int(rarer))
+                    for i, (data, pttl, rarer) in enumerate(page)
+                ]
+                return rows, numsub
         pipe = self._redis.pipeline(transaction=False)
-        channels: list[str] = []
         for name in hashes:
             key = self._prefix + name
             pipe.hgetall(key)
@@ -256,32 +313,15 @@ class Lister(Inspector):
                 fenced_token_key(key),
                 suffixed(key, "timeout"),
             )
-            channels.append(lock_channel(key))
         for name in strings:
             key = self._prefix + name
             pipe.get(key)
             pipe.pttl(key)
             pipe.exists(suffixed(key, "timeout"))  # a permit-expirable semaphore
-            channels += (semaphore_channel(key), latch_channel(key))
         pipe.execute_command("PUBSUB", "NUMSUB", *channels)
         data = await pipe.execute()
-        waiting = {_text(c): int(n) for c, n in _pairs(data[-1])}
-        found: list[dict[str, Any]] = []
-        replies = iter(data)
-        for name in hashes:
-            raw, pttl, rarer = next(replies), next(replies), next(replies)
-            fields = {_text(k): _text(v) for k, v in raw.items()}
-            if rarer or "mode" in fields:
-                others.append(name)
-            elif fields and _hold_counts(fields):
-                found.append(_lock_info(self._prefix, name, fields, pttl, waiting))
-        for name in strings:
-            value, pttl, rarer = next(replies), next(replies), next(replies)
-            if rarer:
-                others.append(name)
-            elif _int(value) is not None:
-                found.append(_counter_info(self._prefix, name, _int(value), pttl, waiting))
-        return found
+        replies = iter(data[:-1])
+        return [(d, p, int(r)) for d, p, r in zip(replies, replies, replies, strict=True)], data[-1]
 
     async def list(
         self, pattern: str, *, limit: int, scan_budget: int

@@ -931,3 +931,26 @@ async def test_events_see_java_holders_as_contention(
     assert acquired.holder == f"{py.id}:owner:p"
     java_holder = await java.holder("h")
     assert all(getattr(event, "holder", None) != java_holder for event in events)
+
+
+async def test_wake_ups_with_sync_threads(
+    java: Java, redis_url: str, raw: Redis, name: str
+) -> None:
+    """An aiolock.sync thread parked on a Java-held fair lock is woken by the Java unlock,
+    and a Java thread parked on the sync thread's hold by its release."""
+    client = aiolock.sync.Client.from_url(redis_url, watchdog_timeout=WATCHDOG)
+    try:
+        lock = client.fair_lock(name, owner="sync")
+        await java.call("h", "fair", name, "lock", lease=LONG)
+        waiting = asyncio.ensure_future(asyncio.to_thread(lock.try_lock, wait=LONG, lease=LONG))
+        await queued(raw, name, 1)
+        await java.call("h", "fair", name, "unlock")
+        assert await waiting
+        channel = await java_channel(java, "fair", name, "w")
+        java_waiter = java.send("w", "fair", name, "tryLock", wait=LONG, lease=LONG)
+        await java_parked(raw, channel)
+        await asyncio.to_thread(lock.unlock)
+        assert await asyncio.wrap_future(java_waiter)
+        await java.call("w", "fair", name, "unlock")
+    finally:
+        await asyncio.to_thread(client.close)

@@ -954,3 +954,23 @@ async def test_wake_ups_with_sync_threads(
         await java.call("w", "fair", name, "unlock")
     finally:
         await asyncio.to_thread(client.close)
+
+
+async def test_latch_zero_stored_by_redisson(
+    java: Java, py: aiolock.Client, raw: Redis, name: str
+) -> None:
+    """Redisson's ``trySetCount(0)`` stores a 0 that refuses every later count (its defect,
+    docs/redisson.md): aiolock reads that latch as open, refuses to set it as Redisson does,
+    and its count_down clears the 0, after which either side can set the latch again."""
+    latch = py.count_down_latch(name)
+    assert await java.call("a", "latch", name, "trySetCount", count=0)
+    assert await raw.get(name) == "0"
+    assert not await java.call("a", "latch", name, "trySetCount", count=2)
+    assert await latch.get_count() == 0
+    assert await latch.wait(timeout=0)
+    assert not await latch.try_set_count(2)
+    await latch.count_down()
+    assert not await raw.exists(name)
+    assert await java.call("a", "latch", name, "trySetCount", count=1)
+    await latch.count_down()
+    assert await java.call("a", "latch", name, "getCount") == 0

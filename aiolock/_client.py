@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import re
+import socket
 import uuid
 import warnings
 from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, Unpack
@@ -55,6 +58,17 @@ R = TypeVar("R")
 _GUARDED_EXIT = 1.0
 
 
+_HOST = re.sub(r"[^\x21-\x7e]", "_", socket.gethostname()) or "-"
+
+
+def connection_name(client_id: str) -> str:
+    """The name of a connection of the client ``client_id``: ``aiolock:<id>:<host>:<pid>``.
+
+    The host with anything CLIENT SETNAME refuses (spaces, newlines) as ``_``.
+    """
+    return f"aiolock:{client_id}:{_HOST}:{os.getpid()}"
+
+
 class Client:
     """An aiolock client: the factory of lock handles over one Redis connection setup.
 
@@ -93,11 +107,12 @@ class Client:
         self._make_connection: Callable[[], AbstractConnection] | None = None
         if isinstance(redis, RedisCluster):
             self._seeds = seeds_of(redis)
-            self._connector = node_connector(redis)
+            node = node_connector(redis)
+            self._connector = lambda host, port: self._named(node(host, port))
             sample = self._connector(*self._seeds[0])()
         else:
-            self._make_connection = redis.connection_pool.make_connection
-            sample = self._make_connection()  # type: ignore[no-untyped-call]
+            self._make_connection = self._named(redis.connection_pool.make_connection)
+            sample = self._make_connection()
         self._settings = settings_for(valid, sample, cluster=on_cluster)
         deadline = send_deadline(sample)
         self._deadline = deadline
@@ -117,6 +132,23 @@ class Client:
             events=self._events,
             services=self._pieces.services(),
         )
+
+    def _named(self, make: Callable[[], AbstractConnection]) -> Callable[[], AbstractConnection]:
+        """``make``, each connection named ``aiolock:<client id>:<host>:<pid>``.
+
+        redis-py's handshake sends it (CLIENT SETNAME): an operator's ``CLIENT LIST`` and
+        ``aiolock inspect`` tell which host and process hold a lock, with no key written.
+        A name the user gave the redis client is kept. The id and pid are read at each
+        connect: a forked child (a new id, a new pid) names its own.
+        """
+
+        def make_named() -> AbstractConnection:
+            conn = make()
+            if getattr(conn, "client_name", None) is None:
+                conn.client_name = connection_name(self.id)
+            return conn
+
+        return make_named
 
     def _build(self) -> None:
         """Build every piece of the client that belongs to an event loop (``_pieces.py``).

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -606,3 +607,24 @@ async def test_list_reads_pages_without_scripts_for_a_user_that_may_not_run_them
         for lock in locks:
             await lock.unlock()
         await raw.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
+
+
+async def test_inspect_and_list_tell_the_host_and_process_of_an_aiolock_holder(
+    make_client: ClientFactory, redis_url: str, name: str
+) -> None:
+    client = make_client()
+    async with client.lock(name):
+        run = await aiolock_cli("inspect", redis_url, name, "--json")
+        assert run.code == 0, run
+        [holder] = run.json()["holders"]
+        assert (holder["client"], holder["host"], holder["pid"]) == (
+            client.id,
+            socket.gethostname(),
+            os.getpid(),
+        )
+        assert holder["address"].startswith("127.0.0.1:")
+        run = await aiolock_cli("list", redis_url, name, "--json")
+        [listed] = run.json()["objects"]
+        assert listed["holders"][0]["pid"] == os.getpid()
+        run = await aiolock_cli("inspect", redis_url, name)
+        assert f"pid {os.getpid()}" in run.out, run.out

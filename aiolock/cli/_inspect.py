@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from redis.asyncio.cluster import RedisCluster
+from redis.exceptions import ResponseError
 
 from .._keys import (
     fair_channel_base,
@@ -240,7 +241,34 @@ class Inspector:
         }
         reader = getattr(self, f"_read_{kind}")
         await reader(key, info)
+        await self.locate([info])
         return info
+
+    async def locate(self, infos: list[dict[str, Any]]) -> None:
+        """Add host, pid and address to each aiolock holder of ``infos`` that is connected.
+
+        aiolock names its connections ``aiolock:<client id>:<host>:<pid>``: one CLIENT
+        LIST (on a cluster, of the node of the first object) tells them. A user that may
+        not run CLIENT LIST sees the holders without them.
+        """
+        if not any(info["holders"] for info in infos):
+            return
+        try:
+            if isinstance(self._redis, RedisCluster):
+                node = self._redis.get_node_from_key(infos[0]["key"])
+                reply: Any = await self._redis.client_list(target_nodes=node)
+            else:
+                reply = await self._redis.client_list()
+        except ResponseError:
+            return
+        if isinstance(reply, dict):  # per node
+            reply = [entry for entries in reply.values() for entry in entries]
+        where = _named_connections(reply)
+        for info in infos:
+            for holder in info["holders"]:
+                found = where.get(holder["client"] or "")
+                if found is not None:
+                    holder.update(found)
 
     async def _hash_holders(self, key: str, info: dict[str, Any]) -> dict[str, str]:
         fields = {_text(k): _text(v) for k, v in (await self._do("HGETALL", key)).items()}
@@ -396,6 +424,23 @@ class Inspector:
             }
             for member, score in pairs
         ]
+
+
+def _named_connections(entries: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The connections aiolock named in a CLIENT LIST: client id -> host, pid, address.
+
+    The command connection's address is kept (the first listed of a client).
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for entry in entries:
+        name = _text(entry.get("name") or "")
+        if not name.startswith("aiolock:"):
+            continue
+        _, client, rest = name.split(":", 2)
+        host, _, pid = rest.rpartition(":")
+        if client not in found and pid.isdigit():
+            found[client] = {"host": host, "pid": int(pid), "address": _text(entry.get("addr", ""))}
+    return found
 
 
 def _hold_counts(fields: dict[str, str]) -> bool:

@@ -171,7 +171,9 @@ class Lister(Inspector):
                         for key, name in mapped.items()
                         if name is not None and key == self._prefix + name
                     }
-                    for info in await self._read_page(page, known):
+                    infos = await self._read_page(page, known)
+                    await self.locate(infos)
+                    for info in infos:
                         if not _lock_like(info, everything=everything):
                             continue
                         if shown >= limit:

@@ -22,9 +22,13 @@ def _who(entry: dict[str, Any]) -> tuple[str, str]:
     """A holder's client, and its thread/task number or owner, as the table shows them."""
     if entry["client"] is None:
         return entry["id"], "-"
+    # aiolock's holders: the host and pid their connection is named with.
+    client = entry["client"]
+    if "host" in entry:
+        client = f"{client} ({entry['host']} pid {entry['pid']}, {entry['address']})"
     if entry["owner"] is not None:
-        return entry["client"], f"owner {entry['owner']}"
-    return entry["client"], str(entry["thread"])
+        return client, f"owner {entry['owner']}"
+    return client, str(entry["thread"])
 
 
 def _summary(info: dict[str, Any]) -> Table:

@@ -10,8 +10,10 @@ anyway: when the waiting thread is
 interrupted (KeyboardInterrupt from Ctrl-C, a Celery soft time limit, any exception a
 signal handler raises) anyio's portal, like ``run_coroutine_threadsafe``, marks its future
 cancelled and returns at once, while the task may still be acquiring in the loop. Here the
-task is cancelled and its end waited for before the interruption is re-raised, and a call
-that had already succeeded (an acquire) is undone: nothing is left behind.
+task is cancelled and its end waited for before the interruption is re-raised, with the
+undo the cancel started (a rollback, a fair queue exit: the tasks it spawned, filed by the
+loop's task factory), and a call that had already succeeded (an acquire) is undone:
+nothing is left behind, even by a process that exits on the interruption.
 
 ONE loop thread per process serves every sync client of the process (each client has its
 own async client, connections and renewal in it): a MultiLock or RedLock over handles of

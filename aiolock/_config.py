@@ -182,6 +182,7 @@ class Options(TypedDict, total=False):
     replica_ack_timeout: TimeArg
     slow_wait: TimeArg
     slow_hold: TimeArg
+    restart_grace: TimeArg
 
 
 class UrlOptions(Options, total=False):
@@ -209,6 +210,9 @@ class ClientOptions:
     #: A WARNING when an acquire waited longer than this, or a lock is held longer (None: off).
     slow_wait: float | None = 5.0
     slow_hold: float | None = 60.0
+    #: Strict restarts (None: off): no acquire on a server until it has been up this long
+    #: (``_net/restarts.py``); set it to the longest lease in use.
+    restart_grace: float | None = None
 
     @classmethod
     def build(cls, **options: Unpack[Options]) -> ClientOptions:
@@ -256,6 +260,7 @@ class ClientOptions:
             ),
             slow_wait=wait_seconds(options.get("slow_wait", _DEFAULTS.slow_wait), "slow_wait"),
             slow_hold=wait_seconds(options.get("slow_hold", _DEFAULTS.slow_hold), "slow_hold"),
+            restart_grace=_restart_grace(options.get("restart_grace")),
         )
 
 
@@ -292,6 +297,10 @@ def _check_names(options: Mapping[str, object]) -> None:
 #: is resent for as long as its latch lives, and the latch must stay a time the server
 #: can store.
 _MAX_RETRY_ATTEMPTS = 1000
+
+
+def _restart_grace(value: object) -> float | None:
+    return None if value is None else _positive(value, "restart_grace")
 
 
 def _positive(value: object, arg: str, minimum: float = 0.0) -> float:

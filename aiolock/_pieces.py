@@ -26,6 +26,7 @@ from ._net.acked import AckedTransport
 from ._net.cluster import Address, Cluster, Connector
 from ._net.cluster_pubsub import ClusterPubSub
 from ._net.pubsub import Dispatcher
+from ._net.restarts import RestartGrace
 from ._net.scripts import ScriptRunner
 from ._net.sentinel import SentinelWatch
 from ._net.subscriptions import PubSub
@@ -63,6 +64,7 @@ class LoopPieces:
     holds: HoldRegistry
     latches: LatchSweeper
     order: CallOrder
+    restarts: RestartGrace | None = None
 
     def services(self) -> Services:
         """What the engine uses of these pieces."""
@@ -75,6 +77,7 @@ class LoopPieces:
             dispatcher=self.pubsub,
             background=self.background,
             latches=self.latches,
+            restarts=self.restarts,
         )
 
 
@@ -184,4 +187,7 @@ def build_pieces(
         latches=LatchSweeper(runner, background.spawn),
         # Each holder's calls on each lock, one after the other (see _engine/ordering.py).
         order=CallOrder(),
+        restarts=(
+            None if options.restart_grace is None else RestartGrace(runner, options.restart_grace)
+        ),
     )

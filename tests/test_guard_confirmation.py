@@ -326,3 +326,48 @@ async def test_restart_without_persistence_ends_the_body_when_the_server_is_back
         finally:
             await holder.aclose()
             await rival.aclose()
+
+
+async def test_strict_restarts_wait_out_the_grace() -> None:
+    """restart_grace: after a restart without persistence, another client acquires only
+    once the server has been up that long (at least the holder's lease); by then the old
+    holder's body has ended, whenever its own client found out."""
+    with start_local_server(appendonly=False) as server:
+        holder = aiolock.Client.from_url(server.url, watchdog_timeout=1.5)
+        strict = aiolock.Client.from_url(server.url, restart_grace=2)
+        name = "strict-restart"
+        entered = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        stopped = 0.0
+
+        async def body() -> None:
+            nonlocal stopped
+            async with holder.fair_lock(name).guarded():
+                entered.set()
+                try:
+                    await asyncio.Event().wait()
+                finally:
+                    stopped = loop.time()
+
+        try:
+            # A server up for less than the grace: nothing is taken there yet.
+            assert not await strict.fair_lock(f"{name}:new").try_lock(wait=0)
+            task = asyncio.create_task(body())
+            await asyncio.wait_for(entered.wait(), LIMIT)
+            await asyncio.to_thread(server.restart)
+            assert not await strict.fair_lock(name).try_lock(wait=0)
+            assert await strict.fair_lock(name).try_lock(wait=LIMIT)
+            taken = loop.time()
+            with pytest.raises(aiolock.LockLostError):
+                await asyncio.wait_for(task, LIMIT)
+            assert 0 < stopped < taken
+        finally:
+            await holder.aclose()
+            await strict.aclose()
+
+
+def test_restart_grace_refuses_bad_values() -> None:
+    with pytest.raises(ValueError, match="restart_grace"):
+        aiolock.Client.from_url("redis://127.0.0.1:1", restart_grace=0)
+    with pytest.raises(TypeError, match="restart_grace"):
+        aiolock.Client.from_url("redis://127.0.0.1:1", restart_grace="2")  # type: ignore[arg-type]

@@ -44,22 +44,18 @@ class Attempts(Part):
 
     async def attempt(self, p: Primitive, call: Call) -> AcquireReply:
         """Run the acquire script once, in the holder's turn, and record a hold it took."""
+        restarts = self._s.restarts
+        if restarts is not None and (left := await restarts.left_ms(p.key)):
+            # Strict restarts: the server came up too recently for the holds it forgot to
+            # have ended. Not taken; the call waits that long as for a held lock.
+            return AcquireReply(acquired=False, ttl_ms=left)
         ticket = self._s.order.join((p.key, call.holder))
-        try:
-            # An earlier call of this holder (a rollback or release finishing in the
-            # background, another task's call with the same owner=) must land first: this
-            # attempt's target count depends on its outcome.
-            if not ticket.ready:  # spares a coroutine when the turn is free
-                await ticket.wait()
-            # Closed meanwhile? (The process and loop were checked as the call started:
-            # the same task cannot have moved since.)
-            self._core.check_not_closed()
-            # The holder's calls before this one may have changed what it holds (a write
-            # unlock of the same owner=, say): judge the upgrade rule again, in turn.
-            p.check_acquire(call.holder, self._s.holds)
-        except BaseException:
-            ticket.release()
-            raise
+        # An earlier call of this holder (a rollback or release finishing in the
+        # background, another task's call with the same owner=) must land first: this
+        # attempt's target count depends on its outcome.
+        if not ticket.ready:  # spares a coroutine when the turn is free
+            await _wait_turn(ticket)
+        self._in_turn(p, call, ticket)
         runner = self._s.runner
         while True:
             hold = self._s.holds.get(p.key, call.field)
@@ -121,6 +117,19 @@ class Attempts(Part):
             return reply
         ticket.release()
         return reply
+
+    def _in_turn(self, p: Primitive, call: Call, ticket: Ticket) -> None:
+        """What is checked once the holder's turn came (its end on an error)."""
+        try:
+            # Closed meanwhile? (The process and loop were checked as the call started:
+            # the same task cannot have moved since.)
+            self._core.check_not_closed()
+            # The holder's calls before this one may have changed what it holds (a write
+            # unlock of the same owner=, say): judge the upgrade rule again, in turn.
+            p.check_acquire(call.holder, self._s.holds)
+        except BaseException:
+            ticket.release()
+            raise
 
     def _unanswered(
         self,
@@ -332,6 +341,15 @@ class Attempts(Part):
             lambda: self._s.runner.run(*invocation),
             lives_ms,
         )
+
+
+async def _wait_turn(ticket: Ticket) -> None:
+    """Wait for the holder's turn; cancelled meanwhile, its turn ends unused."""
+    try:
+        await ticket.wait()
+    except BaseException:
+        ticket.release()
+        raise
 
 
 def _send_time(call: Call, hold: Hold | None) -> tuple[float | None, tuple[Hold, Expiry] | None]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .._net.restarts import RestartGrace
     from .._net.scripts import ScriptRunner
     from .._net.subscriptions import PubSub
     from .background import Background
@@ -43,3 +44,5 @@ class Services:
     background: Background
     #: The deferred deletion of unlock latches.
     latches: LatchSweeper
+    #: Strict restarts: how long acquires on a server must wait still (None: off).
+    restarts: RestartGrace | None = None

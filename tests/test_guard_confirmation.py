@@ -371,3 +371,24 @@ def test_restart_grace_refuses_bad_values() -> None:
         aiolock.Client.from_url("redis://127.0.0.1:1", restart_grace=0)
     with pytest.raises(TypeError, match="restart_grace"):
         aiolock.Client.from_url("redis://127.0.0.1:1", restart_grace="2")  # type: ignore[arg-type]
+
+
+async def test_read_extend_shorter(make_client: ClientFactory, name: str) -> None:
+    """A read lock's extend() to a shorter lease shortens the lock's own lease too, unless
+    another reader holds longer (its lease is kept)."""
+    client, other = make_client(), make_client()
+    read = client.read_write_lock(name).read_lock()
+    await read.lock()  # the watchdog's 30 s
+    await read.extend(10)
+    left = await read.remaining_lease()
+    assert left is not None
+    assert left <= 10
+    # Another reader's longer lease is never cut short by this one's extend().
+    longer = other.read_write_lock(name).read_lock()
+    await longer.lock(lease=20)
+    await read.extend(0.5)
+    left = await read.remaining_lease()
+    assert left is not None
+    assert left > 10
+    await longer.unlock()
+    await read.unlock()

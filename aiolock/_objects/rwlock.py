@@ -88,10 +88,13 @@ class ReadPrimitive(_Side):
         return "read", rwlock_timeout_prefix(self.key, holder)
 
     def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
-        # Every read hold of the holder gets the lease (its own timeout key), the hash a
-        # TTL of at least it: the watchdog's script, given every hold's number.
+        # Every read hold of the holder gets the lease (its own timeout key), the hash the
+        # longest lease left among every reader's: shorter too (the renewal only raises it,
+        # so as not to cut another reader's longer lease short).
         holds = ",".join(str(k) for k in range(1, count + 1))
-        return Invocation(load_script("rw_read_renew"), [self.key, extra], [lease_ms, field, holds])
+        return Invocation(
+            load_script("rw_read_extend"), [self.key, extra, self.tag], [lease_ms, field, holds]
+        )
 
     def acquire(self, call: Call, target: int, tombstone: str) -> Invocation:
         return Invocation(

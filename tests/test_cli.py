@@ -628,3 +628,29 @@ async def test_inspect_and_list_tell_the_host_and_process_of_an_aiolock_holder(
         assert listed["holders"][0]["pid"] == os.getpid()
         run = await aiolock_cli("inspect", redis_url, name)
         assert f"pid {os.getpid()}" in run.out, run.out
+
+
+async def test_a_cluster_node_that_cannot_be_asked_says_to_pass_cluster(
+    cluster: ClusterHandle, cluster_client: Callable[[], aiolock.Client], uid: str
+) -> None:
+    """A user that may not run INFO cannot be told a cluster node: a MOVED reply then
+    says to pass --cluster, in one line, not the bare MOVED payload."""
+    user = f"noinfo{uid}"
+    nodes = [Redis(host="127.0.0.1", port=node.port) for node in cluster.nodes]
+    for node in nodes:
+        await node.execute_command(  # type: ignore[no-untyped-call]
+            "ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-info"
+        )
+    holder = cluster_client()
+    names = names_on_every_primary(cluster, uid)
+    elsewhere = [n for n in names if cluster.node_for_key(n).port != cluster.nodes[0].port]
+    try:
+        await holder.lock(elsewhere[0]).lock()
+        url = cluster.url.replace("redis://", f"redis://{user}:pw@", 1)
+        run = await aiolock_cli("inspect", url, elsewhere[0])
+        assert_one_line_error(run, 2, "pass --cluster")
+        await holder.lock(elsewhere[0]).unlock()
+    finally:
+        for node in nodes:
+            await node.execute_command("ACL", "DELUSER", user)  # type: ignore[no-untyped-call]
+            await node.aclose()

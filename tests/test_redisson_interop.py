@@ -32,8 +32,10 @@ from .redisson_driver import Build, Driver, Java, RedissonError
 
 redisson_driver.check_tools()
 
-#: Both sides' watchdog lease, seconds (renewed every third of it).
-WATCHDOG = 1.5
+#: Both sides' watchdog lease, seconds (renewed every third of it): short, so that a hold
+#: outliving it shows soon, yet a renewal would have to be held up over a second (on a
+#: loaded machine) for a lease to run out under its holder.
+WATCHDOG = 2.0
 #: A lease no test lives long enough to see run out: a waiter that gets the lock while it
 #: is held so was woken by a message.
 LONG = 600.0
@@ -488,11 +490,11 @@ async def test_force_unlock_across_languages(
 async def test_java_watchdog_keeps_its_hold_while_python_waits(
     java: Java, py: aiolock.Client, name: str
 ) -> None:
-    """A Java hold without a lease outlives several watchdog leases while Python waits; its
+    """A Java hold without a lease outlives two watchdog leases while Python waits; its
     unlock then lets Python in."""
     lock = py.lock(name)
     await java.call("h", "lock", name, "lock")
-    assert not await lock.try_lock(wait=3 * java.watchdog)
+    assert not await lock.try_lock(wait=2 * java.watchdog)
     assert await java.call("x", "lock", name, "isLocked")
     assert await lock.remaining_lease() is not None
     await java.call("h", "lock", name, "unlock")
@@ -506,7 +508,7 @@ async def test_python_watchdog_keeps_its_hold_while_java_waits(
     """The same, the other way round."""
     lock = py.lock(name)
     await lock.lock()
-    assert not await java.call("w", "lock", name, "tryLock", wait=3 * WATCHDOG, lease=LONG)
+    assert not await java.call("w", "lock", name, "tryLock", wait=2 * WATCHDOG, lease=LONG)
     await lock.unlock()
     assert await java.call("w", "lock", name, "tryLock", wait=LONG, lease=LONG)
     await java.call("w", "lock", name, "unlock")
@@ -604,8 +606,7 @@ async def test_java_waiter_giving_up_leaves_the_fair_queue(
     first = asyncio.ensure_future(py.fair_lock(name, owner="first").try_lock(wait=LONG))
     await queued(raw, name, 1)
     quitter = await java.holder("q")
-    giving_up = java.send("q", "fair", name, "tryLock", wait=0.5, lease=LONG)
-    await queued(raw, name, 2)
+    giving_up = java.send("q", "fair", name, "tryLock", wait=1.0, lease=LONG)
     assert not await asyncio.wrap_future(giving_up)
     assert quitter not in await raw.lrange(fair_queue(name), 0, -1)
     assert await raw.zscore(fair_timeouts(name), quitter) is None
@@ -712,7 +713,7 @@ async def test_read_holds_of_both_languages_outlive_their_watchdog_leases(
     java: Java, py: aiolock.Client, name: str
 ) -> None:
     """A Java read hold and a Python read hold, both renewed by their watchdogs, keep
-    writers of both languages out for several leases; when both leave a writer gets in."""
+    writers of both languages out for two leases; when both leave a writer gets in."""
     await java.call("r", "read", name, "lock")
     reader = py.read_write_lock(name, owner="reader").read_lock()
     await reader.lock()

@@ -392,3 +392,18 @@ async def test_read_extend_shorter(make_client: ClientFactory, name: str) -> Non
     assert left > 10
     await longer.unlock()
     await read.unlock()
+
+
+async def test_a_shielded_acquire_is_named_in_the_warning(
+    client: aiolock.Client, name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """c10: ``await asyncio.shield(lock.lock())`` holds for shield's inner task, which ends at
+    once: the warning says so and names the cure, so the lock held by nobody's knowledge
+    (until its lease ends, or the client closes) is explained where it is reported."""
+    lock = client.lock(name)
+    await asyncio.shield(lock.lock(lease=5))
+    await wait_until(lambda: "asyncio.shield()" in caplog.text, limit=LIMIT)
+    assert "owner=" in caplog.text
+    with pytest.raises(aiolock.LockNotOwnedError):
+        await lock.unlock()
+    assert await client.lock(name).force_unlock()

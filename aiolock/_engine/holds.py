@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import weakref
 from dataclasses import dataclass
 from time import monotonic
@@ -444,12 +445,33 @@ class HoldRegistry:
                 log.warning(
                     "aiolock: task %s ended while %s held lock %r (%d hold(s)); it is no "
                     "longer renewed and expires with its lease, or is released when the "
-                    "client closes",
+                    "client closes%s",
                     task.get_name(),
                     hold.holder,
                     hold.name,
                     kept,
+                    _ran_only_aiolock(task),
                 )
                 self._remember_ended(hold, kept, self._watchdog_ms)
             if kept > 0:
                 self.drop(hold, ended="task_ended")
+
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _ran_only_aiolock(task: asyncio.Task[Any]) -> str:
+    """A hint for the warning when ``task`` ran nothing but an aiolock call.
+
+    An acquire given a task of its own (``asyncio.shield(lock.lock())``, ``create_task``,
+    ``gather``) holds for that task, which ends at once.
+    """
+    code = getattr(task.get_coro(), "cr_code", None)
+    if code is None or not os.path.abspath(code.co_filename).startswith(_PACKAGE):
+        return ""
+    return (
+        ". It ran only aiolock's "
+        f"{code.co_qualname}(): an acquire run in a task of its own (asyncio.shield(), "
+        "create_task(), gather()) holds for that task; await it directly, or pass owner= "
+        "to hold for someone else"
+    )

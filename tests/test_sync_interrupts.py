@@ -495,15 +495,24 @@ def test_interrupt_while_waiting_on_a_latch(
 # -- a process that exits on Ctrl-C ------------------------------------------------------
 
 _EXITING_CHILD = """
+import signal
 import sys
 from aiolock.sync import Client
+
+
+def on_sigint(signum, frame):  # Python's own, but it says so: the parent waits for it
+    print("interrupted", flush=True)
+    raise KeyboardInterrupt
+
+
+signal.signal(signal.SIGINT, on_sigint)
 
 # Django/Celery style: a module-level client, never closed; Ctrl-C ends the process.
 client = Client.from_url(sys.argv[1])
 kind, name = sys.argv[2], sys.argv[3]
 lock = client.fair_lock(name) if kind == "fair" else client.fair_read_write_lock(name).write_lock()
 client.add_listener(
-    lambda e: print("waiting", flush=True) if type(e).__name__ == "Waiting" else None
+    lambda e: print("waiting", flush=True) if getattr(e, "waiting", 0) > 0 else None
 )
 lock.lock()
 """
@@ -550,4 +559,40 @@ def test_ctrl_c_then_exit_leaves_no_queue_entry(redis_url: str, name: str, kind:
             assert other.try_lock(wait=0), "a queue entry of the dead process blocks the lock"
             stack.callback(other.unlock)
     with Redis.from_url(redis_url) as redis:
+        assert [k for k in redis.keys(f"*{name}*") if not k.startswith(TRANSIENT)] == []
+
+
+def test_undo_cut_short_by_a_second_ctrl_c_is_finished_at_exit(redis_url: str, name: str) -> None:
+    """Two Ctrl-Cs while the undo cannot reach Redis (paused): the second stops the wait
+    for the undo, the process exits, and the exit lets the undo finish first (the loop
+    thread is a daemon: stopped mid-step otherwise, leaving the queue entry)."""
+    with aiolock.sync.Client.from_url(redis_url) as holder, Redis.from_url(redis_url) as redis:
+        held = holder.fair_lock(name)
+        held.lock()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        with subprocess.Popen(
+            [sys.executable, "-c", textwrap.dedent(_EXITING_CHILD), redis_url, "fair", name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        ) as child:
+            try:
+                assert child.stdout is not None
+                assert child.stdout.readline().strip() == "waiting"
+                assert redis.llen(f"redisson_lock_queue:{{{name}}}") == 1
+                # Writes wait 1 s: the queue exit is held up while both Ctrl-Cs come.
+                redis.execute_command("CLIENT", "PAUSE", 1000, "WRITE")
+                child.send_signal(signal.SIGINT)
+                # Two separate Ctrl-Cs, not one (pending signals coalesce): the second
+                # once the first was handled, the child waiting for its undo.
+                assert child.stdout.readline().strip() == "interrupted"
+                child.send_signal(signal.SIGINT)
+                assert child.stdout.readline().strip() == "interrupted"
+                assert child.wait(LIMIT) != 0
+            finally:
+                child.kill()
+        redis.execute_command("CLIENT", "UNPAUSE")
+        assert redis.llen(f"redisson_lock_queue:{{{name}}}") == 0, "the exit cut the undo off"
+        held.unlock()
         assert [k for k in redis.keys(f"*{name}*") if not k.startswith(TRANSIENT)] == []

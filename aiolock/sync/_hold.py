@@ -196,8 +196,10 @@ class TaskBlock(Generic[T]):
                 return self._wrap(got[0])
         except BaseException:
             # Interrupted while acquiring (or just after): the task ends and releases
-            # before this goes on.
+            # before this goes on (at exit if a second interruption cuts this short).
+            portal.abandoned.add(call)
             call.interrupt()
+            portal.abandoned.discard(call)
             portal.forget(call)
             raise
         portal.forget(call)
@@ -224,8 +226,10 @@ class TaskBlock(Generic[T]):
             call.wait()
         except BaseException:
             # Interrupted while leaving (even before `leave` was sent): the cancel makes
-            # the async side leave (release) and this waits for it.
+            # the async side leave (release) and this waits for it (or the exit does).
+            portal.abandoned.add(call)
             call.interrupt()
+            portal.abandoned.discard(call)
             raise
         finally:
             portal.forget(call)

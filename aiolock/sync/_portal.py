@@ -302,6 +302,9 @@ class Portal:
         self.loop = asyncio.new_event_loop()
         # Undo tasks of interrupted calls not finished yet (in the loop thread only).
         self._undos: set[asyncio.Task[Any]] = set()
+        # Calls whose caller was interrupted, until it is done undoing them: those left
+        # here (a second interruption cut that short) are ended and undone at exit.
+        self.abandoned: set[Call] = set()
         self.loop.set_task_factory(_undo_filing_factory(self._undos))
         self._ready = threading.Event()
         self.forks = PROCESS.forks
@@ -336,10 +339,22 @@ class Portal:
         still running then (a caller interrupted twice, or past ``UNDO_BOUND``) would be
         lost, leaving a queue entry or a hold for its lease.
         """
-        if not self.thread.is_alive() or self.in_loop_thread:
-            return
+        # list() of a set is one step under the GIL: other threads may add meanwhile.
+        abandoned = [call for call in list(self.abandoned) if not call.done()]
+        if not (self._undos or abandoned) or not self.thread.is_alive() or self.in_loop_thread:
+            return  # (plain reads: no hand-off when nothing is left)
 
         async def settle() -> None:
+            # A call whose caller was interrupted again before it was cancelled (a double
+            # Ctrl-C) is cancelled now; its task ends once its undo has.
+            tasks = set()
+            for call in abandoned:
+                call._cancelled = True
+                call._cancel_task()
+                if call._task is not None:
+                    tasks.add(call._task)
+            if tasks:
+                await asyncio.wait(tasks, timeout=UNDO_BOUND)
             if self._undos:
                 await _settle(self._undos)
 
@@ -395,6 +410,9 @@ class Portal:
             error = call.error
             result: T = call.value
         except BaseException:
+            # First (a second interruption lands after this call at the earliest): if the
+            # undo below is cut short, the interpreter's exit finishes it.
+            self.abandoned.add(call)
             if finish:
                 # Scheduled again in case the interruption came before it was: the loop
                 # starts it once.
@@ -406,6 +424,7 @@ class Portal:
                 call.interrupt()
             if undo is not None and call.done() and call.error is None:
                 self.run(_awaited(undo(call.value)))
+            self.abandoned.discard(call)
             raise
         # No call from here to the caller's next statement: a signal handler's exception
         # (raised at a call, not at a return) cannot land between a success and its caller.

@@ -59,7 +59,10 @@ def unavailable(reason: str, *, module: bool = False) -> NoReturn:
 
 
 def check_tools() -> None:
-    """At a test module's import: skip it whole (one line) without ``java`` and ``mvn``."""
+    """At a test module's import: skip it whole (one line) without ``java`` and ``mvn``, or
+    without the driver's sources (an sdist, say)."""
+    if not (PROJECT / "pom.xml").exists():
+        unavailable(f"no driver sources at {PROJECT}", module=True)
     if shutil.which("java") is None or shutil.which("mvn") is None:
         unavailable(
             "no java or mvn on PATH (a JDK 17+ and Maven build interop/redisson)", module=True
@@ -133,6 +136,7 @@ class Driver:
             "java",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
+            "-Xmx256m",
             "-Xss512k",
             "-cp",
             built.classpath,
@@ -175,7 +179,10 @@ class Driver:
     def _read(self) -> None:
         assert self._process.stdout is not None
         for line in self._process.stdout:
-            reply = json.loads(line)
+            try:
+                reply = json.loads(line)
+            except ValueError:
+                continue  # not a reply (nothing else should print to stdout; never fatal)
             if reply.get("ready"):
                 self._ready.set_result(reply)
                 continue

@@ -54,7 +54,9 @@ class RestartGrace:
                 return 0
         loop = asyncio.get_running_loop()
         known = self._ready.get(transport)
-        if known is None or known[0] != transport.connects:
+        # No open connection (lost: the server may be restarting): the acquire would open
+        # a new one, so ask on it first.
+        if known is None or known[0] != transport.connects or transport.peer is None:
             asked = loop.time()
             up = _uptime(await transport.call(_INFO))
             # Up for ``up`` whole seconds at most when asked: it started no later than

@@ -28,7 +28,9 @@ import org.redisson.api.RSemaphore;
 import org.redisson.api.RedissonClient;
 import org.redisson.client.codec.StringCodec;
 import org.redisson.config.Config;
-import org.redisson.config.SingleServerConfig;
+import org.redisson.config.ClusterServersConfig;
+import org.redisson.config.ReadMode;
+import org.redisson.config.SubscriptionMode;
 
 /**
  * Drives one Redisson client for aiolock's interop tests (tests/redisson_driver.py).
@@ -41,7 +43,8 @@ import org.redisson.config.SingleServerConfig;
  * {"id": 1, "ok": true, "value": ...} or {"id": 1, "ok": false, "error": "<exception class>",
  * "message": "..."}. The first line out is {"ready": true, "client": <uuid>, ...}.
  *
- * <p>Command line: --address redis://host:port [--database n] [--watchdog ms] [--codec
+ * <p>Command line: --address redis://host:port [--database n] | --cluster redis://host:port,...
+ * [--watchdog ms] [--codec
  * <codec class>] [--prefix p] [--fair-wait-timeout ms] [--version v].
  */
 public final class Driver {
@@ -69,6 +72,7 @@ public final class Driver {
     String address = "redis://127.0.0.1:6379";
     int database = 0;
     String prefix = null;
+    String cluster = null;
     String version = "?";
     long fairWaitTimeout = -1;
     boolean fairWaitSettable = true;
@@ -82,6 +86,7 @@ public final class Driver {
             (org.redisson.client.codec.Codec)
                 Class.forName(value).getDeclaredConstructor().newInstance());
         case "--prefix" -> prefix = value;
+        case "--cluster" -> cluster = value;
         case "--fair-wait-timeout" -> fairWaitTimeout = Long.parseLong(value);
         case "--version" -> version = value;
         default -> throw new IllegalArgumentException("unknown option " + argv[i]);
@@ -90,14 +95,34 @@ public final class Driver {
     // Small pools: a test JVM starts in a second instead of opening 24 connections and 32
     // Netty threads on a shared 2-core machine.
     config.setThreads(2).setNettyThreads(4);
-    SingleServerConfig server =
-        config
-            .useSingleServer()
-            .setAddress(address)
-            .setDatabase(database)
-            .setConnectionMinimumIdleSize(2)
-            .setConnectionPoolSize(16)
-            .setSubscriptionConnectionMinimumIdleSize(1);
+    Object server;
+    if (cluster == null) {
+      server =
+          config
+              .useSingleServer()
+              .setAddress(address)
+              .setDatabase(database)
+              .setConnectionMinimumIdleSize(2)
+              .setConnectionPoolSize(16)
+              .setSubscriptionConnectionMinimumIdleSize(1);
+    } else {
+      // Every node given ("redis://host:port,..."); reads from the primaries, as aiolock's,
+      // so that a test reads what it just wrote.
+      ClusterServersConfig nodes =
+          config
+              .useClusterServers()
+              .setReadMode(ReadMode.MASTER)
+              .setSubscriptionMode(SubscriptionMode.MASTER)
+              .setMasterConnectionMinimumIdleSize(1)
+              .setMasterConnectionPoolSize(8)
+              .setSlaveConnectionMinimumIdleSize(1)
+              .setSlaveConnectionPoolSize(2)
+              .setSubscriptionConnectionMinimumIdleSize(1);
+      for (String node : cluster.split(",")) {
+        nodes.addNodeAddress(node);
+      }
+      server = nodes;
+    }
     if (prefix != null) {
       setNameMapper(config, server, prefix);
     }
@@ -172,7 +197,7 @@ public final class Driver {
   }
 
   /** A NameMapper prefixing every name: on Config in 4.x, on the server config in 3.x. */
-  private static void setNameMapper(Config config, SingleServerConfig server, String prefix)
+  private static void setNameMapper(Config config, Object server, String prefix)
       throws Exception {
     // org.redisson.api.NameMapper in 3.x, org.redisson.config.NameMapper in 4.x.
     Class<?> mapperType;

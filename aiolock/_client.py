@@ -154,7 +154,7 @@ class Client:
         """Build every piece of the client that belongs to an event loop (``_pieces.py``).
 
         Nothing connects here; the first call does, in its loop. Called at construction
-        and by :meth:`_rebind`. Each piece is kept as an attribute of its own.
+        and by `_rebind()`. Each piece is kept as an attribute of its own.
         """
         self._pieces = pieces = build_pieces(
             self._options,
@@ -287,7 +287,7 @@ class Client:
     ) -> PermitExpirableSemaphore:
         """A semaphore of permits taken by id, each with a lease (RPermitExpirableSemaphore).
 
-        ``permits`` as for :meth:`semaphore`.
+        ``permits`` as for `semaphore()`.
         """
         return PermitExpirableSemaphore(self._engine, name, permits)
 
@@ -341,7 +341,7 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`aclose` was called."""
+        """Whether `aclose()` was called."""
         return self._engine.closed
 
     async def __aenter__(self) -> Self:

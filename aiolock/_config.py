@@ -169,7 +169,7 @@ class Options(TypedDict, total=False):
 
     Written once here: the client, ``from_url``, the sync client and the integrations take
     ``**options`` of this type, so a type checker checks a caller's names and types, and
-    :class:`ClientOptions` holds the defaults and the validation.
+    `ClientOptions` holds the defaults and the validation.
     """
 
     watchdog_timeout: TimeArg

@@ -109,7 +109,7 @@ class _Kinds(dict[str, _KindAttributes]):
 class Instrumentation:
     """What ``aiolock.instrument_opentelemetry`` returns.
 
-    The client's listener that feeds the instruments and spans; :meth:`uninstrument`
+    The client's listener that feeds the instruments and spans; `uninstrument()`
     removes it.
     """
 

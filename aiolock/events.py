@@ -8,14 +8,15 @@ is logged and never breaks the call, nor the renewal task.
 
 Common fields:
 
-* ``kind``: the lock kind, one of :data:`KINDS` (the names of ``client.locked(kind=...)``):
+* ``kind``: the lock kind, one of `KINDS` (the names of ``client.locked(kind=...)``):
   ``"lock"``, ``"fair_lock"``, ``"fenced_lock"``, ``"spin_lock"``, ``"read_lock"``,
   ``"write_lock"``, ``"fair_read_lock"``, ``"fair_write_lock"``; or, for the acquire
-  events (:class:`Acquired`, :class:`AcquireFailed`, :class:`Waiting`) of a semaphore's
-  ``acquire()``/``try_acquire()``/``acquired()``, one of :data:`SEMAPHORE_KINDS`:
-  ``"semaphore"``, ``"permit_expirable_semaphore"``. Permits have no holder to release
-  them: a semaphore's :class:`Acquired` has ``holder=""`` and ``reentrant=False``, and
-  no :class:`Released` or :class:`Lost` follows it. The count-down latch emits none.
+  events ([`Acquired`][aiolock.events.Acquired], [`AcquireFailed`][aiolock.events.AcquireFailed],
+  `Waiting`) of a semaphore's ``acquire()``/``try_acquire()``/``acquired()``, one of
+  `SEMAPHORE_KINDS`: ``"semaphore"``, ``"permit_expirable_semaphore"``. Permits have no holder to
+  release them: a semaphore's [`Acquired`][aiolock.events.Acquired] has ``holder=""`` and
+  ``reentrant=False``, and no [`Released`][aiolock.events.Released] or [`Lost`][aiolock.events.Lost]
+  follows it. The count-down latch emits none.
 * ``name``: the lock's name as given to the client (without ``key_prefix``). Unbounded: do
   not make it a metric label without thinking.
 * ``holder``: the holder id, ``"<client id>:<n>"`` for a task, or ``owner=`` as given.
@@ -55,17 +56,17 @@ Kind: TypeAlias = Literal[
     "fair_read_lock",
     "fair_write_lock",
 ]
-#: Every :data:`Kind`, in declaration order (read off the literal, not written out again).
+#: Every `Kind`, in declaration order (read off the literal, not written out again).
 KINDS: tuple[Kind, ...] = get_args(Kind)
 
 #: The semaphores, whose acquire calls emit the acquire events (not Released nor Lost).
 SemaphoreKind: TypeAlias = Literal["semaphore", "permit_expirable_semaphore"]
-#: Every :data:`SemaphoreKind` (read off the literal).
+#: Every `SemaphoreKind` (read off the literal).
 SEMAPHORE_KINDS: tuple[SemaphoreKind, ...] = get_args(SemaphoreKind)
 #: The kind of an acquire event.
 AcquireKind: TypeAlias = Kind | SemaphoreKind
 
-#: Why an acquire call ended without the lock (see :class:`AcquireFailed`).
+#: Why an acquire call ended without the lock (see [`AcquireFailed`][aiolock.events.AcquireFailed]).
 FailReason: TypeAlias = Literal["timeout", "cancelled", "closed", "error"]
 
 
@@ -78,7 +79,7 @@ class Acquired:
     ``waited``: seconds from the call's start to the acquisition, the round trip included.
     ``reentrant``: the holder already held it (a reentrant acquisition, or another read
     hold of the same holder); only a non-reentrant acquisition starts a hold that a
-    :class:`Released` or a :class:`Lost` ends.
+    [`Released`][aiolock.events.Released] or a [`Lost`][aiolock.events.Lost] ends.
     """
 
     kind: AcquireKind
@@ -96,9 +97,10 @@ class Waiting:
     attempt answered "held", or it queued behind this client's earlier waiters) until it
     takes the lock or gives up; calls that get the lock at once, or ``wait=0``, never
     wait. One event when a call starts waiting (``waiting`` one more) and one when it stops
-    (one less); the call then ends with its :class:`Acquired` or :class:`AcquireFailed`, as
-    every call does, so the count is back to 0 once nothing waits (an up-down counter of
-    waiting calls adds ``waiting`` less the last value it saw).
+    (one less); the call then ends with its [`Acquired`][aiolock.events.Acquired] or
+    [`AcquireFailed`][aiolock.events.AcquireFailed], as every call does, so the count is back to 0
+    once nothing waits (an up-down counter of waiting calls adds ``waiting`` less the last value it
+    saw).
     """
 
     kind: AcquireKind
@@ -128,7 +130,8 @@ class Released:
 
     Emitted when the holder's last hold on the lock is released (a reentrant hold's
     inner unlocks emit nothing), also when the release hands the lock to a waiter or
-    downgrades a write hold. ``held``: seconds since the :class:`Acquired` that began it.
+    downgrades a write hold. ``held``: seconds since the [`Acquired`][aiolock.events.Acquired] that
+    began it.
     """
 
     kind: Kind
@@ -150,7 +153,7 @@ class Lost:
     an outage got no answer within the resend window: it expires with its lease),
     ``"closed"`` (the client was closed while a running task held it: not released, it
     expires with its lease).
-    ``held``: seconds since the :class:`Acquired` that began it.
+    ``held``: seconds since the [`Acquired`][aiolock.events.Acquired] that began it.
     """
 
     kind: Kind

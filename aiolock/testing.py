@@ -1,6 +1,6 @@
 """Real Redis-compatible servers for tests, benchmarks and users' own test suites.
 
-:func:`redis_server` hands out the first server that works, in this order:
+`redis_server()` hands out the first server that works, in this order:
 
 1. the server named by the ``REDIS_URL`` environment variable (never stopped by us);
 2. a Redis container started with testcontainers, when a Docker engine answers;
@@ -12,9 +12,11 @@ process of that one source (``REDIS_URL`` and Docker are then not tried): CI use
 the embedded Valkey on a machine that also has a ``redis-server``.
 
 Processes started here listen on 127.0.0.1 only, on a free port, keep their data in a
-private temporary directory and persist nothing unless asked. :class:`LocalServer` can also
-be stopped, restarted on the same port, paused and resumed, which is what fault-injection
-tests need; :func:`start_local_server` gives one even when ``REDIS_URL`` is set.
+private temporary directory and persist nothing unless asked.
+[`LocalServer`][aiolock.testing.LocalServer] can also be stopped, restarted on the same port, paused
+and resumed, which is what fault-injection tests need;
+[`start_local_server()`][aiolock.testing.start_local_server] gives one even when ``REDIS_URL`` is
+set.
 
 This module is POSIX-only (it uses SIGSTOP/SIGCONT) and synchronous: call it from fixtures.
 """
@@ -60,10 +62,11 @@ _PORT_ATTEMPTS = 5
 
 
 class ServerHandle:
-    """A running server that tests can connect to through :attr:`url`.
+    """A running server that tests can connect to through `url`.
 
-    Only a :class:`LocalServer` can be stopped, restarted, paused or resumed; on any other
-    handle those methods raise :exc:`NotImplementedError`, because the server is not ours.
+    Only a [`LocalServer`][aiolock.testing.LocalServer] can be stopped, restarted, paused or
+    resumed; on any other handle those methods raise `NotImplementedError`, because the server is
+    not ours.
     """
 
     kind: ServerKind
@@ -82,11 +85,11 @@ class ServerHandle:
         return None
 
     def start(self) -> None:
-        """Start the server again after :meth:`stop`."""
+        """Start the server again after `stop()`."""
         raise self._not_ours("started")
 
     def stop(self) -> None:
-        """Stop the server process, keeping its port and data directory for :meth:`start`."""
+        """Stop the server process, keeping its port and data directory for `start()`."""
         raise self._not_ours("stopped")
 
     def restart(self) -> None:
@@ -133,12 +136,12 @@ class ExternalServer(ServerHandle):
 class LocalServer(ServerHandle):
     """A ``redis-server``/``valkey-server`` process owned by this module.
 
-    Creating one starts nothing; :meth:`start` (or entering ``with``) does. :meth:`close`
+    Creating one starts nothing; `start()` (or entering ``with``) does. `close()`
     stops it for good and removes its directory; servers still open when the interpreter
     exits are closed by an ``atexit`` hook.
 
     ``appendonly=True`` turns on AOF with ``appendfsync always`` so every acknowledged write
-    survives :meth:`restart`. ``extra_args`` are appended to the command line, e.g.
+    survives `restart()`. ``extra_args`` are appended to the command line, e.g.
     ``["--maxmemory", "10mb"]``.
     """
 
@@ -165,7 +168,7 @@ class LocalServer(ServerHandle):
         self.server_name = ""
         self.version = ""
         self.dir: Path | None = None
-        """Data directory, created on first start and removed by :meth:`close`."""
+        """Data directory, created on first start and removed by `close()`."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._paused = False
 
@@ -374,8 +377,9 @@ def start_local_server(
 ) -> LocalServer:
     """Start a server process the caller controls, whatever ``REDIS_URL`` says.
 
-    The binary is ``executable`` if given, else the first of :func:`find_server_executable`.
-    Close the returned server with :meth:`LocalServer.close` or use it in a ``with`` block.
+    The binary is ``executable`` if given, else the first of `find_server_executable()`.
+    Close the returned server with [`LocalServer.close()`][aiolock.testing.LocalServer.close] or use
+    it in a ``with`` block.
     """
     kind: ServerKind = "path"
     if executable is None:

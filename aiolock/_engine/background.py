@@ -44,7 +44,7 @@ class Background:
         return frozenset(self._tasks)
 
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
-        """Run ``coro`` as a background task that :meth:`drain` waits for."""
+        """Run ``coro`` as a background task that `drain()` waits for."""
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
@@ -83,7 +83,7 @@ class Background:
     # -- public calls under way -----------------------------------------------------------
 
     def call_started(self) -> None:
-        """A public call began: :meth:`calls_ended` waits for it."""
+        """A public call began: `calls_ended()` waits for it."""
         self._running += 1
 
     def call_ended(self) -> None:

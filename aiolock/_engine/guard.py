@@ -17,7 +17,7 @@ behave). The body is cancelled, and the block raises ``LockLostError``, when
   ``confirmed_until`` (that, less the drift margin) with no newer answer, the body is
   cancelled: a holder cut off from Redis stops before anyone else can take the lock.
 
-Data flows handle -> guard <- records: the handle builds a :class:`Hold` over the records
+Data flows handle -> guard <- records: the handle builds a `Hold` over the records
 its acquire made; the engine and the renewal write the records, which tell their guarded
 holds when a confirmation moves earlier. ONE timer per client (``Guard``): a heap of
 guarded deadlines and one ``loop.call_at`` for the earliest, re-read lazily when it fires

@@ -97,7 +97,7 @@ class Waitable:
     wakes.
 
     The counting objects (the semaphore, the count-down latch) are waitables with scripts
-    of their own; the lock types are waitables with holds (:class:`Primitive`).
+    of their own; the lock types are waitables with holds (`Primitive`).
     """
 
     __slots__ = ("key", "name", "settings")
@@ -145,7 +145,7 @@ class Primitive(Waitable):
 
     #: A release that frees the lock may hand it straight to a waiter of the same client
     #: (``release(heir=...)``), saving a message and the waiters' attempts; only to a
-    #: waiter whose primitive takes it (:meth:`takes_hand_over`).
+    #: waiter whose primitive takes it (`takes_hand_over()`).
     hands_over: ClassVar[bool] = False
     #: A waiter that gives up must tell the server (the fair lock's queue).
     leaves_queue: ClassVar[bool] = False

@@ -1,7 +1,7 @@
 """What the scripts' replies mean: every reply and error reply is decoded here, once.
 
 The scripts answer with small integers and pairs (their headers in ``aiolock/_net/lua/`` say
-which); the engine works with the values below. Error replies become a :class:`LockError`
+which); the engine works with the values below. Error replies become a `LockError`
 naming the lock where the server's text allows (wrong key type, missing permission).
 """
 

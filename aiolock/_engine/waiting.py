@@ -1,7 +1,7 @@
 """The waiting room: which calls of this client wait on which channel, and who a message wakes.
 
 Pub/sub hands every message and every (re)confirmed subscription to the room
-(:meth:`WaitingRoom.deliver`, :meth:`WaitingRoom.wake_all`); the room sets the events of the
+(`WaitingRoom.deliver()`, `WaitingRoom.wake_all()`); the room sets the events of the
 waiters it concerns. Waking never grants anything: a woken call runs its acquire script
 again, so a spurious wake-up costs one round trip and a lost message one bounded wait.
 

@@ -261,7 +261,7 @@ class Dispatcher:
 
         Returns None if ``limit`` (the caller's remaining wait) ran out first. Raises
         redis-py's ``TimeoutError`` if the server did not confirm within
-        ``subscribe_timeout``, and :class:`ClientClosedError` once the client is closed.
+        ``subscribe_timeout``, and `ClientClosedError` once the client is closed.
         """
         if self.closed:
             if self._retired:

@@ -123,7 +123,7 @@ def _bulk(arg: object) -> bytes:
 
 
 class ErrorReply(Exception):
-    """An error reply as the parser hands it over, before :func:`error_reply` names it."""
+    """An error reply as the parser hands it over, before `error_reply()` names it."""
 
 
 # Error codes (the reply's first word) that redis-py answers with a class of its own. The

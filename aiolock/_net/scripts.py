@@ -121,7 +121,7 @@ def load_script(name: str) -> Script:
     """Return the script ``aiolock/_net/lua/<name>.lua``, read from the installed package once.
 
     Its text is the file with its ``--@include`` lines replaced by the fragments they name
-    (see :mod:`aiolock._lua`): one self-contained script, and the SHA-1 is the text's.
+    (see `aiolock._lua`): one self-contained script, and the SHA-1 is the text's.
     """
     script = _cache.get(name)
     if script is None:
@@ -132,7 +132,7 @@ def load_script(name: str) -> Script:
 class ScriptRunner:
     """Runs the package's scripts on one client's command connections.
 
-    It belongs to one :class:`~aiolock.Client` (never shared at class level), so scripts
+    It belongs to one `Client` (never shared at class level), so scripts
     always go to that client's servers: the topology names the connection of each key.
     """
 

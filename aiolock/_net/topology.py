@@ -4,7 +4,7 @@ The script runner (``scripts.py``) asks a topology for the command connection of
 and tells it what went wrong when a send fails; the topology decides what that means for
 routing. Two kinds:
 
-- :class:`OneServer`: one server, or the current primary of a Sentinel group. Under
+- `OneServer`: one server, or the current primary of a Sentinel group. Under
   Sentinel a write refused with READONLY means the connection still talks to a demoted
   primary: the connection is dropped, and the next send asks the sentinels anew.
 - ``cluster.Cluster``: the slot map of a Redis Cluster and one connection per primary.

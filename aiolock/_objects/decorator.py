@@ -43,7 +43,7 @@ KINDS: tuple[str, ...] = EVENT_KINDS
 
 
 def check_kind(kind: object) -> LockKind:
-    """Validate ``kind=``: one of :data:`LockKind`."""
+    """Validate ``kind=``: one of `LockKind`."""
     if not isinstance(kind, str):
         raise TypeError(f"kind must be a str, not {type(kind).__name__}")
     if kind not in KINDS:

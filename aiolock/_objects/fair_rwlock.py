@@ -187,7 +187,7 @@ class FairWriteLock(LockHandle):
     """The exclusive side of a fair read-write lock: ``frw.write_lock()``.
 
     Asking for it while holding only read locks of the same lock raises
-    :class:`~aiolock.LockUpgradeError` at once.
+    `LockUpgradeError` at once.
     """
 
     __slots__ = ()

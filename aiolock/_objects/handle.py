@@ -2,7 +2,7 @@
 
 A handle is cheap and holds no state but its name and owner: each method checks its
 arguments and hands the call to the engine with the handle's primitive (the description of
-its lock type). A lock type subclasses :class:`LockHandle` and gives it its ``Primitive``
+its lock type). A lock type subclasses `LockHandle` and gives it its ``Primitive``
 (``_engine/primitive.py``).
 """
 

@@ -175,7 +175,7 @@ class ReadLock(LockHandle):
 
     Any number of holders (tasks, clients, Java threads) hold it at once while no writer
     does; a holder may re-enter it. The task that holds the write lock may take it too
-    (see :class:`ReadWriteLock` on downgrading). Each read hold has its own timeout key
+    (see `ReadWriteLock` on downgrading). Each read hold has its own timeout key
     and lease; the hash lives as long as the longest of them.
     """
 
@@ -204,8 +204,8 @@ class WriteLock(LockHandle):
 
     One holder at a time, and no reader but the writer itself; re-entrant (each re-entry
     ADDS its lease to the remaining TTL, as Redisson does). Asking for it while holding
-    only read holds of the same lock raises :class:`~aiolock.LockUpgradeError` at once
-    (see :class:`ReadWriteLock`).
+    only read holds of the same lock raises `LockUpgradeError` at once
+    (see `ReadWriteLock`).
     """
 
     __slots__ = ()
@@ -252,7 +252,7 @@ class ReadWriteLock(ReadWritePair):
 
     **Upgrade.** A holder with read holds but no write hold that asks for the write lock
     would wait for its own read holds: Redisson deadlocks until a lease runs out.
-    aiolock raises :class:`~aiolock.LockUpgradeError` at once instead and changes
+    aiolock raises `LockUpgradeError` at once instead and changes
     nothing. It knows from this client's own holds, so a read hold taken through another
     client (or by Java) is not seen; neither can share a holder id with this task.
 

@@ -75,7 +75,7 @@ def _connection_options(command: F) -> F:
 
 
 def _run(body: Callable[[], Awaitable[int]]) -> int:
-    """Run one command's coroutine; its errors become :class:`Failure`."""
+    """Run one command's coroutine; its errors become `Failure`."""
     try:
         return asyncio.run(body())  # type: ignore[arg-type]
     except BadUrlError as exc:

@@ -67,11 +67,11 @@ _SKIPPED_PREFIXES = (
 
 
 class Lister(Inspector):
-    """An :class:`Inspector` that also lists (``objects``, ``list``)."""
+    """An `Inspector` that also lists (``objects``, ``list``)."""
 
     def __init__(self, redis: Redis | RedisCluster, *, key_prefix: str = "") -> None:
         super().__init__(redis, key_prefix=key_prefix)
-        #: Whether the last :meth:`objects` was cut short (by its limit or scan budget).
+        #: Whether the last `objects()` was cut short (by its limit or scan budget).
         self.truncated = False
         # Pages are read by list_page.lua until the server refuses scripts to this user.
         self._scripted = True
@@ -328,7 +328,7 @@ class Lister(Inspector):
     async def list(
         self, pattern: str, *, limit: int, scan_budget: int
     ) -> tuple[list[dict[str, Any]], bool]:
-        """:meth:`objects` as a list; and whether it was cut short."""
+        """`objects()` as a list; and whether it was cut short."""
         found = [info async for info in self.objects(pattern, limit=limit, scan_budget=scan_budget)]
         return found, self.truncated
 

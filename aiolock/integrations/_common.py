@@ -2,7 +2,7 @@
 
 A request's hold is ``guarded()``: the handler is cancelled if the hold is lost. Waiting for
 it races the client's disconnect, so a request whose client left stops waiting and its
-handler never runs. Every way the wait can end without a hold becomes a :class:`Refused`
+handler never runs. Every way the wait can end without a hold becomes a `Refused`
 with the HTTP status the framework module answers with:
 
 - 423 Locked (with ``Retry-After``): the wait ran out, someone else holds the lock;
@@ -132,7 +132,7 @@ class Route:
 async def held(
     route: Route, handle: LockHandle, disconnected: Callable[[], Awaitable[object]]
 ) -> AsyncIterator[Hold]:
-    """Hold ``handle`` guarded for a request; :class:`Refused` if the request gets no hold.
+    """Hold ``handle`` guarded for a request; `Refused` if the request gets no hold.
 
     ``disconnected()`` returns once the request's client has left; while the request waits
     it runs beside the wait, and ends the wait when it returns. The hold being lost while

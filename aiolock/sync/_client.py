@@ -163,7 +163,7 @@ class Client:
 
     @property
     def closed(self) -> bool:
-        """Whether :meth:`close` was called."""
+        """Whether `close()` was called."""
         return self._rt.closed
 
     def close(self) -> None:

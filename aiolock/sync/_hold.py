@@ -2,7 +2,7 @@
 
 ``with lock.acquired():`` and ``with lock:`` enter and leave the async block in two calls.
 A guarded block cannot: its cancel scope belongs to the task that entered it. So a guarded
-block's async side is one task (:func:`_task_side`) that enters the async block, reports
+block's async side is one task (`_task_side()`) that enters the async block, reports
 its hold, and waits for the thread's body to end; a lost hold cancels that wait as it would
 cancel an async body, and the async side ends at once (LockLostError, the release in the
 background) while the thread's body runs on, to learn of it from ``hold.lost``,
@@ -162,7 +162,7 @@ class TaskBlock(Generic[T]):
 
     For async blocks bound to the task that entered them: a guarded hold's cancel scope,
     a permit renewed while its task lives (``PermitExpirableSemaphore.acquired()``). A
-    :class:`Block` would enter in a task that ends at once, and what it bound ends with it.
+    `Block` would enter in a task that ends at once, and what it bound ends with it.
     """
 
     __slots__ = ("_call", "_cm", "_left", "_portal")

@@ -4,7 +4,7 @@ Why the stdlib and not anyio's blocking portal: the project's only runtime depen
 redis[hiredis], and a sync API that needed an extra would surprise the Django, Flask and
 Celery users it is for. Nothing anyio's portal does is missing here: ``call_soon_threadsafe``
 starts a task in the loop thread, and the task's last step stores its outcome and releases
-a bare lock the calling thread blocks on (:class:`Call`: one hand-off each way, cheaper
+a bare lock the calling thread blocks on (`Call`: one hand-off each way, cheaper
 than a ``concurrent.futures.Future``). The part a portal does not do had to be written
 anyway: when the waiting thread is
 interrupted (KeyboardInterrupt from Ctrl-C, a Celery soft time limit, any exception a
@@ -85,7 +85,7 @@ class Call:
     Why not ``run_coroutine_threadsafe``: it costs a Task, a ``concurrent.futures.Future``
     (a Condition, whose wait allocates a lock), a done callback that runs one loop
     iteration after the task ends and a second callback copying the outcome across. Here
-    the task runs :func:`_drive`, which stores the outcome and releases ``_lock`` (a bare
+    the task runs `_drive()`, which stores the outcome and releases ``_lock`` (a bare
     ``_thread`` lock the caller blocks on) in the task's own last step: one hand-off each way.
     """
 

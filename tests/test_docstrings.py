@@ -11,6 +11,8 @@ import ast
 import importlib
 import inspect
 import pkgutil
+import re
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -84,3 +86,17 @@ def _undocumented(module_name: str) -> list[str]:
 @pytest.mark.parametrize("module_name", MODULES)
 def test_every_public_name_has_a_docstring(module_name: str) -> None:
     assert _undocumented(module_name) == []
+
+
+def test_no_sphinx_role_in_the_package() -> None:
+    """Docstrings and comments are Markdown (the site and REFERENCE.md render them as
+    such): a Sphinx role (``:meth:`x```) would show raw."""
+    role = re.compile(r":(meth|class|func|attr|mod|exc|data|obj):`")
+    package = Path(aiolock.integrations.__file__).parents[1]
+    found = [
+        f"{path.relative_to(package.parent)}:{number}"
+        for path in sorted(package.rglob("*.py"))
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+        if role.search(line)
+    ]
+    assert not found, found

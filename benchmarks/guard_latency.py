@@ -6,7 +6,7 @@ Two ways a guarded hold is lost, ``--n`` times each (default 100), one at a time
   lock's channel (every guarded hold watches it since 6b2a2f1) or the holder's renewal (a
   round run here on demand, ``renew_once()``, as the watchdog would), whichever comes
   first, finds it gone and tells the guard. Measured from that moment (the guard's
-  ``Hold._lose``, timed by a wrapper) to the body's ``CancelledError``.
+  ``Guarding.lose``, timed by a wrapper) to the body's ``CancelledError``.
 * **not confirmed**: ``guarded(lease=0.05)``, never renewed: the guard's timer fires at
   ``confirmed_until``. Measured from ``confirmed_until`` to the body's ``CancelledError``.
 
@@ -61,14 +61,14 @@ async def _body(
 async def found_gone(url: str, n: int) -> list[float]:
     """Lost by force_unlock() elsewhere, found by a renewal round."""
     loop = asyncio.get_running_loop()
-    told: dict[_guard.Hold, float] = {}
-    original: Callable[[_guard.Hold, str], None] = _guard.Hold._lose
+    told: dict[_guard.Guarding, float] = {}
+    original: Callable[[_guard.Guarding, str], None] = _guard.Guarding.lose
 
-    def timed(hold: _guard.Hold, why: str) -> None:
+    def timed(hold: _guard.Guarding, why: str) -> None:
         told.setdefault(hold, loop.time())
         original(hold, why)
 
-    _guard.Hold._lose = timed  # type: ignore[method-assign,assignment]
+    _guard.Guarding.lose = timed  # type: ignore[method-assign,assignment]
     holder = aiolock.Client.from_url(url, watchdog_timeout=30)
     other = aiolock.Client.from_url(url)
     latencies: list[float] = []
@@ -82,9 +82,9 @@ async def found_gone(url: str, n: int) -> list[float]:
             await holder._renewal.renew_once()
             await task
             hold, stopped = out[0]
-            latencies.append(stopped - told[hold])
+            latencies.append(stopped - told[_guard.guarding_of(hold)])
     finally:
-        _guard.Hold._lose = original  # type: ignore[method-assign,assignment]
+        _guard.Guarding.lose = original  # type: ignore[method-assign,assignment]
         await holder.aclose()
         await other.aclose()
     return latencies

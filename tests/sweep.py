@@ -53,6 +53,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 
 import aiolock
+from aiolock._engine.guard import guarding_of
 from aiolock._keys import fair_queue_key, fair_timeout_key, prefixed
 
 from .helpers import dispatchers_of, quiesce, wait_until
@@ -926,7 +927,9 @@ class _Case:
             terms = sum(1 for leader in self.leaders if leader.is_leader) if side == "holder" else 0
             watched = _WATCHED_CHANNEL.get(kind.value)
             if side == "holder" and watched is not None:
-                terms += sum(1 for hold in self.guarded if not hold.lost and not hold._over)
+                terms += sum(
+                    1 for hold in self.guarded if not hold.lost and not guarding_of(hold).over
+                )
             channel = (watched or "redisson_lock__channel:{{{}}}").format(name)
             if terms and mine == {channel: terms}:
                 continue

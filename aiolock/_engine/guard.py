@@ -17,7 +17,7 @@ behave). The body is cancelled, and the block raises ``LockLostError``, when
   ``confirmed_until`` (that, less the drift margin) with no newer answer, the body is
   cancelled: a holder cut off from Redis stops before anyone else can take the lock.
 
-Data flows handle -> guard <- records: the handle builds a `Hold` over the records
+Data flows handle -> guard <- records: the handle builds a `Guarding` over the records
 its acquire made; the engine and the renewal write the records, which tell their guarded
 holds when a confirmation moves earlier. ONE timer per client (``Guard``): a heap of
 guarded deadlines and one ``loop.call_at`` for the earliest, re-read lazily when it fires
@@ -41,7 +41,16 @@ if TYPE_CHECKING:
 
     from .holds import Hold as HoldRecord
 
-__all__ = ("DRIFT_FACTOR", "DRIFT_S", "Guard", "Guarded", "Hold", "drift_margin")
+__all__ = (
+    "DRIFT_FACTOR",
+    "DRIFT_S",
+    "Guard",
+    "Guarded",
+    "Guarding",
+    "Hold",
+    "drift_margin",
+    "guarding_of",
+)
 
 # The drift margin: Redisson's RedLock allows lease * 0.01 + 2 ms for clock drift; this
 # margin is 1 % of the lease plus 12 ms. The guard compares the LOCAL monotonic clock with
@@ -70,10 +79,54 @@ class Hold:
     """A guarded hold (``async with lock.guarded() as hold``): what the body can rely on.
 
     ``lost``: the hold was lost (the body is being cancelled, or was). ``confirmed_until``:
-    until when (``loop.time()``) the lock is confirmed held, drift margin deducted; the
-    body is cancelled then unless a renewal's answer moved it on. ``token``: a fenced
-    lock's fencing token (None for other kinds). ``await wait_lost()`` returns once the hold
-    is lost, or over (released): check ``lost``.
+    until when (``loop.time()``) the lock is confirmed held, drift margin deducted: a lower
+    bound of the lease on the server, which every call that sets the lease moves (a shorter
+    ``extend()`` or re-entry earlier, a renewal on); the body is cancelled then unless an
+    answer moved it on. ``token``: a fenced lock's fencing token (None for other kinds).
+    ``await wait_lost()`` returns once the hold is lost, or over (released): check ``lost``.
+    """
+
+    __slots__ = ("_guarding",)
+
+    def __init__(self, guarding: Guarding) -> None:
+        self._guarding = guarding
+
+    def __repr__(self) -> str:
+        why = self._guarding.why
+        state = f"lost ({why})" if why else "held"
+        return f"<aiolock.Hold {state}, confirmed until {self.confirmed_until:.3f}>"
+
+    @property
+    def lost(self) -> bool:
+        """Whether the hold was lost (the body is cancelled)."""
+        return self._guarding.lost
+
+    @property
+    def confirmed_until(self) -> float:
+        """Until when (``loop.time()``) the lock is confirmed held, less the drift margin."""
+        return self._guarding.confirmed_until
+
+    @property
+    def token(self) -> int | None:
+        """A fenced lock's fencing token (None for other kinds)."""
+        return self._guarding.token
+
+    async def wait_lost(self) -> None:
+        """Return once the hold is lost or over; ``lost`` says which."""
+        await self._guarding.wait_lost()
+
+
+def guarding_of(hold: Hold) -> Guarding:
+    """The guard's side of ``hold`` (for aiolock's own layers: the sync API, tests)."""
+    return hold._guarding
+
+
+class Guarding:
+    """The guard's side of one guarded hold: its records, deadline, body task and loss.
+
+    The records (``holds.Hold``) tell it when a member is lost or its confirmation moves;
+    the client's ``Guard`` fires at its deadline; ``Guarded`` arms it with the body's task
+    and ends it at the block's exit. The body sees only its ``view`` (``aiolock.Hold``).
     """
 
     __slots__ = (
@@ -90,6 +143,7 @@ class Hold:
         "_until",
         "_why",
         "token",
+        "view",
     )
 
     def __init__(
@@ -125,17 +179,13 @@ class Hold:
                 if record.guards is None:
                     record.guards = []
                 record.guards.append(self)
+        #: What the body sees (``aiolock.Hold``).
+        self.view = Hold(self)
         if self._alive() < need:
             # Lost between the acquire's answer and now (a RedLock short of its quorum):
             # arm() cancels the body at once.
             self._why = "it was not held when the body began"
             self._ended.set()
-
-    def __repr__(self) -> str:
-        state = f"lost ({self._why})" if self._why else "held"
-        return f"<aiolock.Hold {state}, confirmed until {self.confirmed_until:.3f}>"
-
-    # -- public ---------------------------------------------------------------------------
 
     @property
     def lost(self) -> bool:
@@ -153,12 +203,15 @@ class Hold:
         """Return once the hold is lost or over; ``lost`` says which."""
         await self._ended.wait()
 
-    # -- the guard's side -----------------------------------------------------------------
-
     @property
     def why(self) -> str | None:
         """Why it was lost (None: it was not)."""
         return self._why
+
+    @property
+    def over(self) -> bool:
+        """Whether the body has left its block."""
+        return self._over
 
     def _alive(self) -> int:
         return sum(1 for r in self._records if r is not None and r.lost is None and r.leases)
@@ -180,7 +233,7 @@ class Hold:
     def member_lost(self, why: str) -> None:
         """A member's record was found lost (the registry calls this)."""
         if self._why is None and not self._over and self._alive() < self._need:
-            self._lose(why)
+            self.lose(why)
 
     def confirmation_moved(self, until: float, *, earlier: bool) -> None:
         """A member's confirmation was set to ``until``; ``earlier``: it moved earlier.
@@ -203,12 +256,12 @@ class Hold:
         if self._task is None:
             return  # not armed yet: arm() reads the deadline
         if deadline <= asyncio.get_running_loop().time():
-            self._lose(_unconfirmed(self._margin))
+            self.lose(_unconfirmed(self._margin))
             return
         for guard in self._guards:
             guard.rearm(self, deadline)
 
-    def _lose(self, why: str) -> None:
+    def lose(self, why: str) -> None:
         """The hold is lost: cancel the body now (once)."""
         if self._why is not None or self._over:
             return
@@ -241,7 +294,7 @@ class Hold:
             self._cancelled = True
             task.cancel()
 
-    def _arm(self, task: asyncio.Task[Any]) -> None:
+    def arm(self, task: asyncio.Task[Any]) -> None:
         """The body runs in ``task`` from now on; a loss already found cancels it at once."""
         self._task = task
         for guard in self._guards:
@@ -252,7 +305,7 @@ class Hold:
             # A member's confirmation may have moved earlier before the body began.
             self._rearm()
 
-    def _end(self) -> bool:
+    def end(self) -> bool:
         """The body ended: stop watching, let go of the records; whether it was cancelled."""
         if self._soon is not None:
             self._soon.cancel()
@@ -262,13 +315,13 @@ class Hold:
             guard.unwatch(self)
         for record in self._records:
             if record is not None and record.guards:
-                # By identity: a Hold compares as any object, but be explicit.
+                # By identity: a Guarding compares as any object, but be explicit.
                 record.guards[:] = [g for g in record.guards if g is not self]
         self._ended.set()
         self._left.set()
         return self._cancelled
 
-    def _deadline(self) -> float:
+    def deadline(self) -> float:
         """When the body must stop unless confirmed again (-inf: lost)."""
         return self.confirmed_until
 
@@ -285,9 +338,9 @@ class Guard:
     def __init__(self, lease: float) -> None:
         #: The client's watchdog lease (s): a guarded hold's drift margin without a lease.
         self.lease = lease
-        self._heap: list[tuple[float, int, Hold]] = []
+        self._heap: list[tuple[float, int, Guarding]] = []
         self._seq = itertools.count()
-        self._watched: dict[Hold, asyncio.Task[Any] | None] = {}
+        self._watched: dict[Guarding, asyncio.Task[Any] | None] = {}
         self._handle: asyncio.TimerHandle | None = None
         self._armed = math.inf
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -295,21 +348,21 @@ class Guard:
     def __len__(self) -> int:
         return len(self._watched)
 
-    def watch(self, hold: Hold) -> None:
+    def watch(self, hold: Guarding) -> None:
         """Cancel ``hold``'s body at its deadline unless confirmed again by then."""
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             # A new event loop (the first one closed): whatever was scheduled died with it.
             self._loop, self._heap, self._handle, self._armed = loop, [], None, math.inf
         self._watched[hold] = asyncio.current_task()
-        self._push(hold._deadline(), hold)
+        self._push(hold.deadline(), hold)
 
-    def rearm(self, hold: Hold, deadline: float) -> None:
+    def rearm(self, hold: Guarding, deadline: float) -> None:
         """``hold``'s deadline moved earlier, to ``deadline``: fire then."""
         if hold in self._watched:
             self._push(deadline, hold)
 
-    def unwatch(self, hold: Hold) -> None:
+    def unwatch(self, hold: Guarding) -> None:
         """Stop watching ``hold`` (its heap entry is skipped when reached)."""
         self._watched.pop(hold, None)
         if not self._watched:
@@ -337,10 +390,10 @@ class Guard:
         """
         tasks = [task for task in self._watched.values() if task is not None]
         for hold in list(self._watched):
-            hold._lose(why)
+            hold.lose(why)
         return tasks
 
-    def _push(self, when: float, hold: Hold) -> None:
+    def _push(self, when: float, hold: Guarding) -> None:
         heapq.heappush(self._heap, (when, next(self._seq), hold))
         if when < self._armed:
             self._arm(when)
@@ -361,12 +414,12 @@ class Guard:
             _, _, hold = heapq.heappop(heap)
             if hold not in self._watched:
                 continue
-            deadline = hold._deadline()
+            deadline = hold.deadline()
             if deadline > now:
                 # Confirmed again since it was pushed: watch the new deadline.
                 heapq.heappush(heap, (deadline, next(self._seq), hold))
             else:
-                hold._lose(_unconfirmed(hold._margin))
+                hold.lose(_unconfirmed(hold._margin))
         if heap:
             self._arm(heap[0][0])
 
@@ -377,7 +430,7 @@ class Guardable(Protocol):
     @property
     def name(self) -> str: ...
 
-    def _guard_acquire(self, wait: float | None, lease: float | None) -> Awaitable[Hold | None]:
+    def _guard_acquire(self, wait: float | None, lease: float | None) -> Awaitable[Guarding | None]:
         """Acquire within ``wait`` and build the guarded hold; None if ``wait`` ran out."""
         ...
 
@@ -407,7 +460,7 @@ class Guarded:
         self._lock = lock
         self._wait = wait
         self._lease = lease
-        self._hold: Hold | None = None
+        self._hold: Guarding | None = None
         self._task: asyncio.Task[Any] | None = None
         self._watch: asyncio.Task[None] | None = None
         self._entry = 0
@@ -425,7 +478,7 @@ class Guarded:
         self._hold, self._task = hold, task
         # Cancel requests left over from before (a TaskGroup's, Python 3.11) are not ours.
         self._entry = task.cancelling()
-        hold._arm(task)
+        hold.arm(task)
         armed = asyncio.Event()
         self._watch = self._lock._guard_watch(armed)
         if self._watch is not None:
@@ -438,7 +491,7 @@ class Guarded:
                 # Lost meanwhile (LockLostError), or cancelled: the block ends here.
                 await self.__aexit__(type(exc), exc, exc.__traceback__)
                 raise
-        return hold
+        return hold.view
 
     async def __aexit__(
         self,
@@ -465,12 +518,14 @@ class Guarded:
             if cancelled is not None:
                 raise cancelled  # a cancel from outside wins
 
-    async def _exit(self, hold: Hold, task: asyncio.Task[Any], exc: BaseException | None) -> None:
+    async def _exit(
+        self, hold: Guarding, task: asyncio.Task[Any], exc: BaseException | None
+    ) -> None:
         lost = hold.why
         # The cancel the loss caused (if any) is taken back, as asyncio.timeout() does: a
         # CancelledError with no other request pending was ours, and becomes the loss.
         ours = (
-            hold._end()
+            hold.end()
             and task.uncancel() <= self._entry
             and isinstance(exc, asyncio.CancelledError)
         )
@@ -500,13 +555,13 @@ def guarded_hold(
     leases: Sequence[float | None],
     guards: Sequence[Guard],
     token: int | None = None,
-) -> Hold:
+) -> Guarding:
     """A guarded hold over ``records``, its margin from the longest lease it relies on."""
     longest = max(
         (lease if lease is not None else guard.lease)
         for lease, guard in zip(leases, guards, strict=True)
     )
-    return Hold(records, need=need, margin=drift_margin(longest), guards=guards, token=token)
+    return Guarding(records, need=need, margin=drift_margin(longest), guards=guards, token=token)
 
 
 async def _all_set(events: list[asyncio.Event]) -> bool:

@@ -21,7 +21,7 @@ from .lock import LockPrimitive
 if TYPE_CHECKING:
     from .._config import Settings
     from .._engine.engine import Engine
-    from .._engine.guard import Hold
+    from .._engine.guard import Guarding
     from .._engine.primitive import Call, Primitive
 
 __all__ = ("FencedLock", "FencedLockPrimitive")
@@ -69,7 +69,7 @@ class FencedLock(LockHandle):
     def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
         super().__init__(engine, FencedLockPrimitive(engine.settings, name), owner=owner)
 
-    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Guarding | None:
         # A guarded hold carries its acquisition's token.
         receipt: list[int] = []
         if not await self._engine.acquire(

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .._engine.engine import Engine
-    from .._engine.guard import Hold
+    from .._engine.guard import Guarding
     from .._engine.holds import Hold as HoldRecord
     from .._engine.primitive import Primitive
 
@@ -168,7 +168,7 @@ class Acquirable:
         """
         return Guarded(self, wait_seconds(wait), lease_seconds(lease))
 
-    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Guarding | None:
         """Acquire within ``wait`` and build its guarded hold; None if ``wait`` ran out."""
         raise NotImplementedError  # pragma: no cover - abstract
 
@@ -254,7 +254,7 @@ class LockHandle(Acquirable):
 
     # -- guarded holds --------------------------------------------------------------------
 
-    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Guarding | None:
         if not await self._acquire(wait, lease, timed=True):
             return None
         return self._guard_hold(lease)
@@ -272,7 +272,7 @@ class LockHandle(Acquirable):
         watch = _quietly(self._engine, self._p, holder, armed)
         return asyncio.get_running_loop().create_task(watch)
 
-    def _guard_hold(self, lease: float | None, token: int | None = None) -> Hold:
+    def _guard_hold(self, lease: float | None, token: int | None = None) -> Guarding:
         # Right after the acquire's answer, with no await in between: the record is the
         # one it made.
         return guarded_hold(

@@ -27,7 +27,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .._config import TimeArg
-from .._engine.guard import Hold, guarded_hold
+from .._engine.guard import Guarding, guarded_hold
 from .._exceptions import LockError
 from .handle import Acquirable, LockHandle, LockStatistics, extend_seconds
 from .members import (
@@ -264,7 +264,7 @@ class Composite(Acquirable):
 
     # -- guarded holds --------------------------------------------------------------------
 
-    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Hold | None:
+    async def _guard_acquire(self, wait: float | None, lease: float | None) -> Guarding | None:
         if not await self._acquire(wait, lease, timed=True):
             return None
         # Lost once fewer than the quorum of members remain held (a MultiLock: any one

@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from .._config import TimeArg, wait_seconds
+from .._engine.guard import guarding_of
 from .._exceptions import LockLostError
 
 if TYPE_CHECKING:
@@ -102,7 +103,7 @@ class Hold:
 
     def check(self) -> None:
         """Raise ``LockLostError`` if the hold was lost: a checkpoint for long bodies."""
-        why = self._hold.why
+        why = guarding_of(self._hold).why
         if why is not None:
             raise LockLostError(self._name, self._holder, why)
 

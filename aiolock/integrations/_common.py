@@ -8,7 +8,9 @@ with the HTTP status the framework module answers with:
 - 423 Locked (with ``Retry-After``): the wait ran out, someone else holds the lock;
 - 503 Service Unavailable: Redis could not be reached (redis-py's ``ConnectionError`` or
   ``TimeoutError`` after the client's retries) or the client is closing (the app is
-  shutting down); also a hold lost while the handler ran (the handler was cancelled);
+  shutting down); too few replicas acknowledged the acquisition (``ReplicaAckError``, a
+  client with ``replica_acks=``: the hold was given back, the handler never ran); also a
+  hold lost while the handler ran (the handler was cancelled);
 - 499 (nginx's "client closed request"): the client disconnected while the request waited.
   Nobody reads that answer; it names the outcome in access logs.
 
@@ -36,7 +38,13 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._config import check_name, lease_seconds, wait_seconds
-from .._exceptions import ClientClosedError, LockLostError, LockTimeoutError, ReleaseError
+from .._exceptions import (
+    ClientClosedError,
+    LockLostError,
+    LockTimeoutError,
+    ReleaseError,
+    ReplicaAckError,
+)
 from .._objects.decorator import LockKind, check_kind, lock_of_kind
 from .._objects.decorator import _template_fields as template_fields
 
@@ -199,7 +207,9 @@ async def _enter(
         raise Refused(
             LOCKED, f"the lock {exc.name!r} is held by someone else", route.retry_after
         ) from exc
-    except (RedisConnectionError, RedisTimeoutError, ClientClosedError) as exc:
+    except (RedisConnectionError, RedisTimeoutError, ClientClosedError, ReplicaAckError) as exc:
+        # ReplicaAckError: the hold was given back before the handler ran, as an outage's
+        # refusal (a 500 would say the service broke, and hide that a retry may succeed).
         raise Refused(UNAVAILABLE, f"the lock service is unavailable: {exc}") from exc
     except TimeoutError:
         if scope.expired():

@@ -95,14 +95,24 @@ class Client:
         """A read-write lock serving readers and writers in arrival order."""
         return FairReadWriteLock(self._rt, name, owner)
 
-    def semaphore(self, name: str) -> Semaphore:
-        """A counting semaphore (Redisson RSemaphore layout)."""
-        return Semaphore(self._rt, self._rt.async_client.semaphore(name))
+    def semaphore(self, name: str, permits: int | None = None) -> Semaphore:
+        """A counting semaphore (Redisson RSemaphore layout); permits have no owner.
 
-    def permit_expirable_semaphore(self, name: str) -> PermitExpirableSemaphore:
-        """A semaphore of permits taken by id, each with a lease."""
+        ``permits``: the permits it is declared with: an acquire that finds no state sets
+        them first, atomically (Redisson's trySetPermits), so a restart without
+        persistence or a failover re-seeds it. None: set them with ``try_set_permits``.
+        """
+        return Semaphore(self._rt, self._rt.async_client.semaphore(name, permits))
+
+    def permit_expirable_semaphore(
+        self, name: str, permits: int | None = None
+    ) -> PermitExpirableSemaphore:
+        """A semaphore of permits taken by id, each with a lease.
+
+        ``permits`` as for `semaphore()`.
+        """
         return PermitExpirableSemaphore(
-            self._rt, self._rt.async_client.permit_expirable_semaphore(name)
+            self._rt, self._rt.async_client.permit_expirable_semaphore(name, permits)
         )
 
     def count_down_latch(self, name: str) -> CountDownLatch:

@@ -121,3 +121,14 @@ def test_every_layer_is_a_folder() -> None:
     for folder in ("_net", "_engine", "_objects"):
         assert (PACKAGE / folder / "__init__.py").is_file(), folder
     assert (PACKAGE / "_net" / "lua" / "fragments").is_dir()
+
+
+def test_the_renewal_names_no_lock_kind() -> None:
+    """Each primitive supplies its renewal (``primitive.Renewing``); the renewal service
+    batches holds by it and names no kind of lock nor any kind's script (issue 39)."""
+    source = (PACKAGE / "_engine" / "renewal.py").read_text("utf-8")
+    scripts = sorted(p.stem for p in (PACKAGE / "_net" / "lua").glob("*.lua"))
+    named = [name for name in scripts if name in source]
+    assert not named, named
+    for word in ("ReadPrimitive", "FairPrimitive", "permit", "rwlock", "fair_rw"):
+        assert word not in source, word

@@ -190,7 +190,7 @@ class Core:
         confirmed = None if sent is None else sent + call.lease_ms / 1000
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
-        kind, extra = p.hold_kind(call.holder)
+        extra = p.hold_extra(call.holder)
         holds = self.services.holds
         prior = holds.get(p.key, call.field)
         # Reentrant: it adds to a hold already announced and still believed held.
@@ -208,7 +208,7 @@ class Core:
             task=call.task,
             count=count,
             lease_ms=call.won_lease if lease_ms is None else lease_ms,
-            kind=kind,
+            renewing=p.renewing,
             extra=extra,
             confirmed=confirmed,
             expiry=expiry,

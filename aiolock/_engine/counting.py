@@ -22,7 +22,7 @@ from .._keys import acquire_tombstone_key, unlock_latch_key
 from .._net.scripts import refused
 from .cancel import cancelled_since
 from .core import REFUSED, Part, cut_off
-from .primitive import Outcome
+from .primitive import Outcome, Renewing
 from .replies import script_error
 
 if TYPE_CHECKING:
@@ -38,6 +38,15 @@ __all__ = ("Counting",)
 _RECHECK = 5.0
 # The turn of a call queued behind this client's waiters (no barging): it waits, untried.
 _QUEUED = Outcome(done=False)
+
+
+#: A permit of a permit-expirable semaphore: KEYS[i] = the "{name}:timeout" ZSET of permit i
+#: (``extra``); ARGV[i+1] = its id, the 16 raw bytes of the hex ``field``.
+PERMIT_RENEWAL = Renewing(
+    "psem_renew",
+    lambda batch: [hold.extra for hold in batch],
+    lambda batch: [bytes.fromhex(hold.field) for hold in batch],
+)
 
 
 class Counting(Part):
@@ -194,7 +203,7 @@ class Counting(Part):
             task=asyncio.current_task(),
             count=1,
             lease_ms=None,
-            kind="permit",
+            renewing=PERMIT_RENEWAL,
             extra=timeouts,
         )
 
@@ -206,7 +215,7 @@ class Counting(Part):
         staying taken, renewed, by nobody's knowledge.
         """
         hold = self._s.holds.get(w.key, permit)
-        if hold is None or hold.kind != "permit":
+        if hold is None or hold.renewing is not PERMIT_RENEWAL:
             return False, None
         lost = hold.lost
         self._s.holds.drop(hold)

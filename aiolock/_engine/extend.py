@@ -63,12 +63,11 @@ class Extender(Part):
             if hold.lost is not None:
                 # Known gone: the holder's unlock() raises it too (the hold is kept for it).
                 raise LockLostError(p.name, holder, hold.lost)
-            _, extra = p.hold_kind(holder)
             # The new lease may be shorter than the one confirmed: bracketed for the guard.
             expiry = hold.expiry_sent(asyncio.get_running_loop().time() + lease_ms / 1000)
             applied = False
             try:
-                reply = await self._s.runner.run(*p.extend(field, extra, hold.count, lease_ms))
+                reply = await self._s.runner.run(*p.extend(hold, lease_ms))
                 applied = bool(int(reply[0]))
             except ResponseError as exc:
                 raise script_error(p.name, p.key, exc) from exc

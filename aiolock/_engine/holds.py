@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from .._events import Emitter
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterator, Sequence
 
+    from .._net.scripts import Script
     from ..events import Kind
 
 __all__ = ("Expiry", "Hold", "HoldRegistry")
@@ -30,6 +31,23 @@ __all__ = ("Expiry", "Hold", "HoldRegistry")
 _ENDED_PRUNE = 1000
 
 log = logging.getLogger("aiolock")
+
+
+class Renews(Protocol):
+    """How a hold renews, as its record keeps it (``primitive.Renewing``)."""
+
+    @property
+    def script(self) -> Script:
+        """The script that renews a batch of such holds."""
+        ...
+
+    def keys(self, batch: Sequence[Hold]) -> list[str]:
+        """A batch's KEYS."""
+        ...
+
+    def args(self, batch: Sequence[Hold]) -> list[str | bytes]:
+        """A batch's ARGV after the lease."""
+        ...
 
 
 class Expiry:
@@ -56,14 +74,15 @@ class Hold:
     field: str
     name: str
     holder: str
-    kind: str = "hash"
+    # How it renews (its primitive's ``primitive.Renewing``): the renewal batches holds by it.
+    renewing: Renews
     leases: list[int | None] = dataclasses.field(default_factory=list)
     lost: str | None = None
     # Releases in flight, and releases begun ever (``release_begins``): a renewal's
     # answer of "gone" judges the hold as it was when the round was sent.
     releasing: int = 0
     releases: int = 0
-    # Extra data a renewal kind needs (the read lock's timeout-key prefix).
+    # Extra data its renewal needs (the read lock's timeout-key prefix).
     extra: str = ""
     # The task it belongs to (None with owner=): its end stops the renewal.
     task: asyncio.Task[Any] | None = None
@@ -254,7 +273,7 @@ class HoldRegistry:
         task: asyncio.Task[Any] | None,
         count: int,
         lease_ms: int | None,
-        kind: str = "hash",
+        renewing: Renews,
         extra: str = "",
         confirmed: float | None = None,
         expiry: Expiry | None = None,
@@ -268,7 +287,7 @@ class HoldRegistry:
         hold = self._holds.get((key, field))
         if hold is None:
             hold = self._holds[key, field] = Hold(
-                key, field, name, holder, kind, extra=extra, task=task
+                key, field, name, holder, renewing, extra=extra, task=task
             )
             if task is not None:
                 self._watch_task(task, hold)

@@ -17,14 +17,24 @@ from .._config import check_name
 from .._net.scripts import load_script
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Callable, Iterator, Sequence
 
     from .._config import Settings
     from .._net.scripts import Script
     from ..events import Kind
+    from .holds import Hold as HoldRecord
     from .holds import HoldRegistry
 
-__all__ = ("Call", "Invocation", "Outcome", "Primitive", "Waitable", "lock_wake_count")
+__all__ = (
+    "HASH_RENEWAL",
+    "Call",
+    "Invocation",
+    "Outcome",
+    "Primitive",
+    "Renewing",
+    "Waitable",
+    "lock_wake_count",
+)
 
 
 def lock_wake_count(data: bytes) -> int | None:
@@ -38,6 +48,50 @@ class Invocation(NamedTuple):
     script: Script
     keys: list[str]
     args: Sequence[str | int | bytes]
+
+
+class Renewing:
+    """How one kind of hold is renewed, which its primitive supplies: the renewal knows no kind.
+
+    ``script`` renews a batch of holds (one cluster slot) to the lease in its ``ARGV[1]``;
+    ``keys(batch)`` and ``args(batch)`` are its KEYS and the ARGV after the lease, from the
+    holds' records (``holds.Hold``: key, field, extra data, leases). It answers one entry
+    per hold: 1 renewed, 0 gone. ``extend()`` is a renewal of a batch of one with the
+    caller's lease (``Primitive.extend``).
+    """
+
+    __slots__ = ("args", "keys", "script_name")
+
+    def __init__(
+        self,
+        script_name: str,
+        keys: Callable[[Sequence[HoldRecord]], list[str]],
+        args: Callable[[Sequence[HoldRecord]], list[str | bytes]],
+    ) -> None:
+        self.script_name = script_name
+        self.keys = keys
+        self.args = args
+
+    def __repr__(self) -> str:
+        return f"<Renewing by {self.script_name}>"
+
+    @property
+    def script(self) -> Script:
+        """The renewal script (loaded once, by name)."""
+        return load_script(self.script_name)
+
+    def invocation(self, batch: Sequence[HoldRecord], lease_ms: int) -> Invocation:
+        """The script call that gives every hold of ``batch`` ``lease_ms`` from now."""
+        return Invocation(self.script, self.keys(batch), [lease_ms, *self.args(batch)])
+
+
+#: A hold that is one field of a hash, whose expiry is the hash's (the reentrant, fair,
+#: write, fenced and spin locks): KEYS[i] = the hash of hold i; ARGV[i+1] = its field.
+HASH_RENEWAL = Renewing(
+    "lock_renew",
+    lambda batch: [hold.key for hold in batch],
+    lambda batch: [hold.field for hold in batch],
+)
 
 
 class Outcome(NamedTuple):
@@ -180,18 +234,20 @@ class Primitive(Waitable):
     def check_acquire(self, holder: str, holds: HoldRegistry) -> None:
         """Raise if an acquire by ``holder`` can never succeed (an upgrade); else nothing."""
 
-    def hold_kind(self, holder: str) -> tuple[str, str]:
-        """How a hold renews: its renewal kind and the extra data that kind needs."""
-        return "hash", ""
+    #: How its holds renew (the renewal service batches holds of one ``Renewing``).
+    renewing: ClassVar[Renewing] = HASH_RENEWAL
 
-    def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
-        """Give ``field``'s hold a lease of ``lease_ms`` from now: ``[1]``, or ``[0]`` if gone.
+    def hold_extra(self, holder: str) -> str:
+        """The extra data ``renewing`` needs of ``holder``'s hold (kept on its record)."""
+        return ""
 
-        The watchdog's own renewal script for the hold's kind, on a batch of one: an
-        extend is a renewal with a lease of the caller's choosing. ``extra`` is the hold
-        kind's data (``hold_kind``), ``count`` the holder's number of holds.
+    def extend(self, hold: HoldRecord, lease_ms: int) -> Invocation:
+        """Give ``hold`` a lease of ``lease_ms`` from now: ``[1]``, or ``[0]`` if gone.
+
+        The watchdog's own renewal of the hold's kind, on a batch of one: an extend is a
+        renewal with a lease of the caller's choosing.
         """
-        return Invocation(load_script("lock_renew"), [self.key], [lease_ms, field])
+        return self.renewing.invocation([hold], lease_ms)
 
     def acquire(
         self, call: Call, target: int, tombstone: str

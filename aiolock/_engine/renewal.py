@@ -1,15 +1,12 @@
 """The watchdog: ONE task per client renews every watchdog-held lease in batches.
 
 Every ``watchdog_timeout / 3`` it sends each server its share: one script call per batch
-of at most 100 holds of one kind: ``hash`` holds (a holder field in a hash: lock, fair lock,
-write lock) through ``lock_renew.lua``, ``read`` holds (a read-write lock's reader) through
-``rw_read_renew.lua``, which renews that holder's own per-hold timeout keys, and nobody
-else's, and judges each read hold alive by its own timeout key, not by the holder's field
-(``frw`` holds, a fair read-write lock's, through ``frw_renew.lua``; ``permit`` holds, a
-permit-expirable semaphore's permits taken by ``acquired()``, through ``psem_renew.lua``,
-which moves the permit's expiry score forward). A hold whose holder
-field is gone is reported lost (WARNING, then ``LockLostError`` at the holder's
-unlock); an error is logged and that server is tried again a quarter period later.
+of at most 100 holds renewed alike. How a hold renews is its primitive's to say
+(``primitive.Renewing``: a script and a batch's KEYS and ARGV, kept on the hold's record);
+this service knows no lock kind, only that a script renews a batch to the lease in its
+first argument and answers 1 or 0 per hold. A hold found gone is reported lost (WARNING,
+then ``LockLostError`` at the holder's unlock); an error is logged and that server is
+tried again a quarter period later.
 
 Each server is renewed on its own time: a server that does not answer (frozen, cut off)
 delays only its own holds. Its share stays in flight until the connection gives up on it,
@@ -34,13 +31,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from redis.exceptions import RedisError
 
 from .._events import Emitter
-from .._net.scripts import load_script
 from .cancel import cancel_mark, cancelled_since
 
 if TYPE_CHECKING:
-    from .._net.scripts import Script, ScriptRunner
+    from .._net.scripts import ScriptRunner
     from .._net.transport import CommandTransport
     from .holds import Hold
+    from .holds import Renews as Renewing
 
 __all__ = ("BATCH_SIZE", "RenewalService")
 
@@ -50,65 +47,9 @@ BATCH_SIZE = 100
 
 #: A server, as the connection its keys' commands go to (None: not located yet).
 Server: TypeAlias = "CommandTransport | None"
-KeysOf = Callable[[list["Hold"]], list[str]]
-ArgsOf = Callable[[list["Hold"]], list[str | bytes]]
 
 
-def _hash_kind() -> tuple[Script, KeysOf, ArgsOf]:
-    # KEYS[i] = the hash of hold i; ARGV[i+1] = its holder field.
-    return (
-        load_script("lock_renew"),
-        lambda batch: [hold.key for hold in batch],
-        lambda batch: [hold.field for hold in batch],
-    )
-
-
-def _watchdog_holds(hold: Hold) -> str:
-    # Read hold k (1-based, in acquisition order) has its own timeout key and lease; only
-    # those taken without an explicit lease are the watchdog's to renew.
-    return ",".join(str(k) for k, lease in enumerate(hold.leases, 1) if lease is None)
-
-
-def _read_kind() -> tuple[Script, KeysOf, ArgsOf]:
-    # KEYS[2i-1], KEYS[2i] = the hash of hold i and its holder's timeout-key prefix;
-    # ARGV[2i], ARGV[2i+1] = its holder field and the numbers of its watchdog holds.
-    return (
-        load_script("rw_read_renew"),
-        lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
-        lambda batch: [arg for hold in batch for arg in (hold.field, _watchdog_holds(hold))],
-    )
-
-
-def _fair_rw_kind() -> tuple[Script, KeysOf, ArgsOf]:
-    # KEYS[2i-1], KEYS[2i] = the holds' hash of hold i and its leases ZSET; ARGV[i+1] = its
-    # field.
-    return (
-        load_script("frw_renew"),
-        lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
-        lambda batch: [hold.field for hold in batch],
-    )
-
-
-def _permit_kind() -> tuple[Script, KeysOf, ArgsOf]:
-    # KEYS[i] = the "{name}:timeout" ZSET of permit i (``extra``); ARGV[i+1] = its id, the
-    # 16 raw bytes of the hex ``field``.
-    return (
-        load_script("psem_renew"),
-        lambda batch: [hold.extra for hold in batch],
-        lambda batch: [bytes.fromhex(hold.field) for hold in batch],
-    )
-
-
-#: Per hold kind: its renewal script and how a batch of holds becomes its KEYS and ARGV.
-_KINDS: dict[str, Callable[[], tuple[Script, KeysOf, ArgsOf]]] = {
-    "hash": _hash_kind,
-    "read": _read_kind,
-    "frw": _fair_rw_kind,
-    "permit": _permit_kind,
-}
-
-
-def _holds_in(by_kind: dict[str, list[list[Hold]]]) -> int:
+def _holds_in(by_kind: dict[Renewing, list[list[Hold]]]) -> int:
     return sum(len(batch) for batches in by_kind.values() for batch in batches)
 
 
@@ -272,7 +213,6 @@ class RenewalService:
 
     def track(self, hold: Hold) -> None:
         """Renew ``hold`` from the next period on."""
-        assert hold.kind in _KINDS, f"no renewal for hold kind {hold.kind!r}"
         self._holds[hold] = None
         if self._task is None and not self._closed:
             self._task = self._spawn(self._run())
@@ -398,30 +338,30 @@ class RenewalService:
             )
         return all(answers)
 
-    def _count(self, by_kind: dict[str, list[list[Hold]]]) -> int:
+    def _count(self, by_kind: dict[Renewing, list[list[Hold]]]) -> int:
         """The script calls of one share, counted as it is sent."""
         calls = sum(len(batches) for batches in by_kind.values())
         self.calls += calls
         return calls
 
-    def _shares(self) -> dict[Server, dict[str, list[list[Hold]]]]:
+    def _shares(self) -> dict[Server, dict[Renewing, list[list[Hold]]]]:
         """The tracked holds, per server, per kind, in batches of one shard each.
 
         One script call renews holds of one kind in one shard (a cluster's slot: a script
         touches one slot only).
         """
         runner = self._runner
-        by_shard: dict[tuple[str, int], list[Hold]] = {}
+        by_shard: dict[tuple[Renewing, int], list[Hold]] = {}
         for hold in self._holds:
-            by_shard.setdefault((hold.kind, runner.shard(hold.key)), []).append(hold)
-        shares: dict[Server, dict[str, list[list[Hold]]]] = {}
+            by_shard.setdefault((hold.renewing, runner.shard(hold.key)), []).append(hold)
+        shares: dict[Server, dict[Renewing, list[list[Hold]]]] = {}
         size = self._batch_size
-        for (kind, _), holds in by_shard.items():
-            batches = shares.setdefault(runner.server(holds[0].key), {}).setdefault(kind, [])
+        for (renewing, _), holds in by_shard.items():
+            batches = shares.setdefault(runner.server(holds[0].key), {}).setdefault(renewing, [])
             batches.extend(holds[start : start + size] for start in range(0, len(holds), size))
         return shares
 
-    async def _renew_share(self, server: Server, by_kind: dict[str, list[list[Hold]]]) -> bool:
+    async def _renew_share(self, server: Server, by_kind: dict[Renewing, list[list[Hold]]]) -> bool:
         """Renew one server's holds: one script call per batch; False if any failed.
 
         The calls of every kind go out together, in one round trip: sent one by one, each
@@ -440,11 +380,13 @@ class RenewalService:
         self._outages.failed(server, _holds_in(by_kind), error)
         return False
 
-    async def _renew_kind(self, kind: str, batches: list[list[Hold]]) -> BaseException | None:
-        """Renew holds of one kind, one script call per batch; the first error, if any."""
-        script, keys_of, args_of = _KINDS[kind]()
+    async def _renew_kind(
+        self, renewing: Renewing, batches: list[list[Hold]]
+    ) -> BaseException | None:
+        """Renew holds renewed alike, one script call per batch; the first error, if any."""
+        script = renewing.script
         calls: list[tuple[list[str], list[str | int | bytes]]] = [
-            (keys_of(batch), [self._lease_ms, *args_of(batch)]) for batch in batches
+            (renewing.keys(batch), [self._lease_ms, *renewing.args(batch)]) for batch in batches
         ]
         # The lease runs at least until this send time plus the lease (the server sets it
         # later than that), perhaps shorter than a re-entry's longer lease confirmed: each

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from .._engine.primitive import Invocation, Primitive
+from .._engine.primitive import Invocation, Primitive, Renewing
 from .._exceptions import LockUpgradeError
 from .._keys import prefixed
 from .._net.scripts import load_script
@@ -42,6 +42,15 @@ if TYPE_CHECKING:
     from .._engine.primitive import Call
 
 __all__ = ("FairReadLock", "FairReadWriteLock", "FairWriteLock")
+
+
+#: A hold of a fair read-write lock: KEYS[2i-1], KEYS[2i] = the holds' hash of hold i and
+#: its leases ZSET (``extra``); ARGV[i+1] = its field.
+FAIR_RW_RENEWAL = Renewing(
+    "frw_renew",
+    lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
+    lambda batch: [hold.field for hold in batch],
+)
 
 
 class _FairSide(Primitive):
@@ -74,12 +83,11 @@ class _FairSide(Primitive):
     def wake_count(self, data: bytes) -> int | None:
         return None
 
-    def hold_kind(self, holder: str) -> tuple[str, str]:
-        return "frw", self.leases
+    # The hold's entry in the leases ZSET ends at now + lease (extend() too).
+    renewing = FAIR_RW_RENEWAL
 
-    def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
-        # The hold's entry in the leases ZSET ends at now + lease (the watchdog's script).
-        return Invocation(load_script("frw_renew"), [self.key, self.leases], [lease_ms, field])
+    def hold_extra(self, holder: str) -> str:
+        return self.leases
 
     @property
     def _queued_ms(self) -> int:

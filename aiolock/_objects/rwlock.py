@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._engine.primitive import Invocation, Primitive
+from .._engine.primitive import Invocation, Primitive, Renewing
 from .._engine.replies import as_int
 from .._exceptions import LockUpgradeError
 from .._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
@@ -15,6 +15,7 @@ from .lock import ExclusivePrimitive
 if TYPE_CHECKING:
     from .._config import Settings
     from .._engine.engine import Engine
+    from .._engine.holds import Hold as HoldRecord
     from .._engine.holds import HoldRegistry
     from .._engine.primitive import Call
 
@@ -71,6 +72,22 @@ class _Side(Primitive):
         )
 
 
+def _watchdog_holds(hold: HoldRecord) -> str:
+    # Read hold k (1-based, in acquisition order) has its own timeout key and lease; only
+    # those taken without an explicit lease are the watchdog's to renew.
+    return ",".join(str(k) for k, lease in enumerate(hold.leases, 1) if lease is None)
+
+
+#: A holder's read holds: KEYS[2i-1], KEYS[2i] = the hash of hold i and its holder's
+#: timeout-key prefix (``extra``); ARGV[2i], ARGV[2i+1] = its field and the numbers of its
+#: watchdog holds.
+READ_RENEWAL = Renewing(
+    "rw_read_renew",
+    lambda batch: [key for hold in batch for key in (hold.key, hold.extra)],
+    lambda batch: [arg for hold in batch for arg in (hold.field, _watchdog_holds(hold))],
+)
+
+
 class ReadPrimitive(_Side):
     """The read side: a field per reader and one timeout key per read hold."""
 
@@ -83,17 +100,21 @@ class ReadPrimitive(_Side):
     mode = "read"
     message = _READ_UNLOCK
 
-    def hold_kind(self, holder: str) -> tuple[str, str]:
-        # The watchdog renews the hash and this holder's own per-hold timeout keys.
-        return "read", rwlock_timeout_prefix(self.key, holder)
+    # The watchdog renews the hash and this holder's own per-hold timeout keys.
+    renewing = READ_RENEWAL
 
-    def extend(self, field: str, extra: str, count: int, lease_ms: int) -> Invocation:
+    def hold_extra(self, holder: str) -> str:
+        return rwlock_timeout_prefix(self.key, holder)
+
+    def extend(self, hold: HoldRecord, lease_ms: int) -> Invocation:
         # Every read hold of the holder gets the lease (its own timeout key), the hash the
         # longest lease left among every reader's: shorter too (the renewal only raises it,
         # so as not to cut another reader's longer lease short).
-        holds = ",".join(str(k) for k in range(1, count + 1))
+        holds = ",".join(str(k) for k in range(1, hold.count + 1))
         return Invocation(
-            load_script("rw_read_extend"), [self.key, extra, self.tag], [lease_ms, field, holds]
+            load_script("rw_read_extend"),
+            [self.key, hold.extra, self.tag],
+            [lease_ms, hold.field, holds],
         )
 
     def acquire(self, call: Call, target: int, tombstone: str) -> Invocation:

@@ -144,10 +144,14 @@ class Released:
 class Lost:
     """A hold ended without its holder's release: the lock may be someone else's now.
 
-    Emitted once per hold, when this client finds out. ``how``: ``"renewal"`` (the
-    watchdog, or the watch of the lock's channel, found it gone), ``"unlock"``,
-    ``"lock"`` and ``"extend"`` (that call of the holder found it gone),
-    ``"force_unlock"`` (this client's ``force_unlock()`` deleted it), ``"task_ended"``
+    Emitted once per hold, when this client finds out. ``how``: ``"forced"`` (deleted
+    under its holder: this client's ``force_unlock()`` or ``delete()`` deleted it, or a
+    message on the lock's channel while it was held told a ``force_unlock()`` from
+    anywhere, Redisson's ``forceUnlock()`` and the CLI's ``force-unlock`` included),
+    ``"renewal"`` (the watchdog, or a guarded hold's look at the server, found it gone,
+    with nothing to say why: a force between two renewals, or a lease that ran out),
+    ``"unlock"``, ``"lock"`` and ``"extend"`` (that call of the holder found it gone),
+    ``"task_ended"``
     (its task ended holding it: no longer renewed, it expires with its lease or is
     released at ``aclose()``), ``"release_unanswered"`` (a release cut off by a cancel or
     an outage got no answer within the resend window: it expires with its lease),

@@ -171,7 +171,7 @@ async def test_lost_by_force_unlock(make_client: ClientFactory, name: str) -> No
     assert await lock.force_unlock()
     lost = of(events, Lost)
     assert len(lost) == 1
-    assert (lost[0].kind, lost[0].name, lost[0].how) == ("lock", name, "force_unlock")
+    assert (lost[0].kind, lost[0].name, lost[0].how) == ("lock", name, "forced")
     assert lost[0].holder == holder_of(client)
     with pytest.raises(aiolock.LockLostError):
         await lock.unlock()
@@ -181,7 +181,7 @@ async def test_lost_by_force_unlock(make_client: ClientFactory, name: str) -> No
     other = make_client()
     assert await other.lock(name).force_unlock()
     await client._renewal.renew_once()
-    assert [loss.how for loss in of(events, Lost)] == ["force_unlock", "renewal"]
+    assert [loss.how for loss in of(events, Lost)] == ["forced", "renewal"]
     with pytest.raises(aiolock.LockLostError):
         await lock.unlock()
     assert len(of(events, Lost)) == 2

@@ -523,7 +523,7 @@ async def test_exported_data_is_what_the_events_say(
             lost[reason] = lost.get(reason, 0) + 1
     assert any(("aiolock.outcome", "timeout") in attrs for attrs in waits)
     assert any(("aiolock.kind", "semaphore") in attrs for attrs in waits)
-    assert any(("aiolock.loss.reason", "force_unlock") in attrs for attrs in lost)
+    assert any(("aiolock.loss.reason", "forced") in attrs for attrs in lost)
     expect_histogram("aiolock.acquire.wait", waits)
     expect_histogram("aiolock.hold.duration", holds)
     counted = exported("aiolock.lease.lost")

@@ -418,7 +418,7 @@ class HoldRegistry:
         """
         for hold in list(self._holds.values()):
             if hold.key == key and hold.since <= begun_by:
-                self.mark_lost(hold, why, "force_unlock")
+                self.mark_lost(hold, why, "forced")
 
     def _watch_task(self, task: asyncio.Task[Any], hold: Hold) -> None:
         holds = self._by_task.get(weakref.ref(task))

@@ -144,8 +144,12 @@ class Watch(Part):
             and not hold.releasing
             and holds.get(hold.key, hold.field) is hold
         ):
+            # "forced", not "renewal": the message itself tells a force (nothing else
+            # publishes while it is held), whoever sent it.
             holds.report_lost(
-                hold, "its lock was deleted while it held it (force_unlock()), said its channel"
+                hold,
+                "its lock was deleted while it held it (force_unlock()), said its channel",
+                "forced",
             )
 
 

@@ -18,9 +18,9 @@ from redis.exceptions import ResponseError
 
 from .._exceptions import ClientClosedError, LockError, LockUpgradeError, ReplicaAckError
 from .._keys import acquire_tombstone_key
-from .._net.scripts import refused
 from .cancel import cancel_requested
-from .core import REFUSED, Part
+from .core import Part
+from .failures import Failure, failure
 from .ordering import in_turn
 from .primitive import Call
 from .replies import AcquireReply, script_error
@@ -142,10 +142,11 @@ class Attempts(Part):
         tombstone: str,
     ) -> Exception | None:
         """The attempt's script raised ``exc``: what to raise instead (None: ``exc``)."""
-        if isinstance(exc, REFUSED):
+        kind = failure(exc)
+        if kind is Failure.LOGIN_REFUSED:
             ticket.release()
             return None
-        if isinstance(exc, ResponseError) and not refused(exc):
+        if kind is Failure.FAILED and isinstance(exc, ResponseError):
             # The script failed before it changed anything: nothing to roll back.
             ticket.release()
             return script_error(p.name, p.key, exc)

@@ -18,12 +18,8 @@ from collections.abc import Awaitable, Callable
 from time import monotonic
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis.exceptions import AuthenticationError
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from .._exceptions import ClientClosedError
-from .._net.scripts import refused
+from .failures import Failure, failure
 from .guard import Guard
 from .handover import HandOvers
 
@@ -36,23 +32,10 @@ if TYPE_CHECKING:
     from .primitive import Call, Primitive
     from .services import Services
 
-__all__ = ("REFUSED", "UNANSWERED", "Core", "Part", "cut_off")
+__all__ = ("Core", "Part")
 
 log = logging.getLogger("aiolock")
 T = TypeVar("T")
-
-# The server did not answer (after the client's own retries): the call may or may not have
-# taken effect. Background completions resend through these and through refusals (BUSY,
-# TRYAGAIN, OOM...: ``scripts.refused``, the command did not run); the rest is an answer.
-UNANSWERED = (RedisConnectionError, RedisTimeoutError, OSError)
-# A refused login is a ConnectionError to redis-py, but the command never ran: there is
-# nothing to complete or undo, and resending cannot succeed.
-REFUSED = (AuthenticationError,)
-
-
-def cut_off(exc: BaseException) -> bool:
-    """Whether a call that raised ``exc`` may or may not have reached the server."""
-    return isinstance(exc, (asyncio.CancelledError, *UNANSWERED)) and not isinstance(exc, REFUSED)
 
 
 class Core:
@@ -219,9 +202,16 @@ class Core:
             if not reentrant:
                 hold.began = now
                 hold.began_as = p.lock_kind
+                hold.leader = p.leader
+                hold.slow_hold = p.slow_hold(self.events.slow_hold)
                 hold.slow_logged = False
             self.events.acquired(
-                p.lock_kind, p.name, call.holder, now - call.started, reentrant=reentrant
+                p.lock_kind,
+                p.name,
+                call.holder,
+                now - call.started,
+                reentrant=reentrant,
+                leader=p.leader,
             )
 
     def disown(self, p: Primitive, call: Call) -> None:
@@ -265,11 +255,12 @@ class Core:
         while True:
             try:
                 return (await call(),)
-            except REFUSED as exc:
-                log.warning("aiolock: could not %s: %s", what, exc)
-                return None
             except Exception as exc:
-                if not (isinstance(exc, UNANSWERED) or refused(exc)):
+                kind = failure(exc)
+                if kind is Failure.LOGIN_REFUSED:
+                    log.warning("aiolock: could not %s: %s", what, exc)
+                    return None
+                if not kind.resend:
                     raise
                 if on_unanswered is not None:
                     on_unanswered()
@@ -277,7 +268,7 @@ class Core:
                     log.warning(
                         "aiolock: could not %s: the server %s (%r); %s",
                         what,
-                        "refused it" if refused(exc) else "did not answer",
+                        "refused it" if kind is Failure.REFUSED else "did not answer",
                         exc,
                         lost,
                     )

@@ -19,9 +19,9 @@ from redis.exceptions import ResponseError
 from .._events import fail_reason
 from .._exceptions import ClientClosedError
 from .._keys import acquire_tombstone_key, unlock_latch_key
-from .._net.scripts import refused
 from .cancel import cancelled_since
-from .core import REFUSED, Part, cut_off
+from .core import Part
+from .failures import Failure, failure
 from .primitive import Outcome, Renewing
 from .replies import script_error
 
@@ -86,9 +86,10 @@ class Counting(Part):
         except BaseException as exc:
             # Refused past the retries (BUSY, TRYAGAIN...), an earlier send may yet have
             # run (a timeout): finished in the background too, its latch replaying it.
-            if cut_off(exc) or refused(exc):
+            kind = failure(exc)
+            if kind.may_have_run:
                 self._s.background.spawn(self._finish_change(w, invocation, latch, what))
-            elif isinstance(exc, ResponseError):
+            elif kind is Failure.FAILED and isinstance(exc, ResponseError):
                 raise script_error(w.name, w.key, exc) from exc
             raise
         self._s.latches.add(latch)
@@ -147,10 +148,11 @@ class Counting(Part):
 
             try:
                 outcome = decode(await self._s.runner.run(*invocation))
-            except REFUSED:
-                raise
             except BaseException as exc:
-                if isinstance(exc, ResponseError) and not refused(exc):
+                kind = failure(exc)
+                if kind is Failure.LOGIN_REFUSED:
+                    raise
+                if kind is Failure.FAILED and isinstance(exc, ResponseError):
                     raise script_error(w.name, w.key, exc) from exc
                 # Cut off, or refused past the retries after a send that may have run.
                 undo()

@@ -18,9 +18,9 @@ from redis.exceptions import ResponseError
 
 from .._exceptions import LockLostError, LockNotOwnedError
 from .._keys import unlock_latch_key
-from .._net.scripts import refused
 from .cancel import cancel_requested
-from .core import Part, cut_off
+from .core import Part
+from .failures import Failure, failure
 from .handover import Offer
 from .primitive import Call
 from .replies import Release, decode_release, script_error
@@ -149,7 +149,8 @@ class Releases(Part):
     ) -> Exception | None:
         """An unlock's script raised ``exc``: what to raise instead (None: ``exc`` itself)."""
         services = self._s
-        if cut_off(exc) or refused(exc):
+        kind = failure(exc)
+        if kind.may_have_run:
             if hold is not None and not isinstance(exc, asyncio.CancelledError):
                 # Not renewed from now on: should the release never land, the lock then
                 # runs out with its lease instead of staying held by nobody's knowledge.
@@ -179,7 +180,7 @@ class Releases(Part):
             hold.release_ends(kept=False)
         self._settle_offer(p, offer, Release.NOT_HELD)
         ticket.release()
-        if isinstance(exc, ResponseError):
+        if kind is Failure.FAILED and isinstance(exc, ResponseError):
             return script_error(p.name, p.key, exc)
         return None
 

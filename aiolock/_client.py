@@ -15,7 +15,7 @@ from redis.asyncio import Redis
 from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._config import ClientOptions, Options, TimeArg, lease_seconds
+from ._config import ClientOptions, Options, TimeArg, lease_seconds, wait_seconds
 from ._engine.affinity import Affinity
 from ._engine.cancel import cancel_mark, cancelled_since
 from ._engine.engine import Engine
@@ -314,12 +314,14 @@ class Client:
 
     # -- leadership and decorators --------------------------------------------------------
 
-    def leader(self, name: str, lease: TimeArg = None) -> Leader:
+    def leader(self, name: str, lease: TimeArg = None, *, slow_hold: TimeArg = None) -> Leader:
         """An election on the reentrant lock ``name``: its holder is the leader.
 
         ``lease`` None: the watchdog keeps a term alive; a number: a term's longest length.
+        ``slow_hold``: a term held longer is logged (WARNING); None (the default): never,
+        whatever the client's ``slow_hold`` (a term is meant to last).
         """
-        return Leader(self.lock(name), lease_seconds(lease))
+        return Leader(self.lock(name), lease_seconds(lease), wait_seconds(slow_hold, "slow_hold"))
 
     def locked(
         self,

@@ -179,9 +179,16 @@ class Emitter:
     # -- the bookkeeping's hooks ----------------------------------------------------------
 
     def acquired(
-        self, kind: AcquireKind, name: str, holder: str, waited: float, *, reentrant: bool
+        self,
+        kind: AcquireKind,
+        name: str,
+        holder: str,
+        waited: float,
+        *,
+        reentrant: bool,
+        leader: bool = False,
     ) -> None:
-        """An acquire call took the lock after ``waited`` seconds."""
+        """An acquire call took the lock after ``waited`` seconds (``leader``: a term)."""
         slow = self.slow_wait
         if slow is not None and waited > slow:
             log.warning(
@@ -193,7 +200,7 @@ class Emitter:
                 slow,
             )
         if self.listeners:
-            self.emit(Acquired(kind, name, holder, waited, reentrant))
+            self.emit(Acquired(kind, name, holder, waited, reentrant, leader))
 
     def wait_started(self, kind: AcquireKind | None, name: str) -> None:
         """An acquire call starts waiting for the lock (only calls that wait: no cost else).
@@ -227,25 +234,35 @@ class Emitter:
         if self.listeners:
             self.emit(AcquireFailed(kind, name, waited, reason))
 
-    def held_long(self, kind: Kind, name: str, holder: str, held: float) -> None:
-        """A hold still held past ``slow_hold`` (once per hold: the caller remembers)."""
+    def held_long(self, kind: Kind, name: str, holder: str, held: float, slow_hold: float) -> None:
+        """A hold still held past its ``slow_hold`` (once per hold: the caller remembers)."""
         log.warning(
             "aiolock: %s %r has been held by %s for %.1f s and is still held (slow_hold: %g s)",
             kind,
             name,
             holder,
             held,
-            self.slow_hold,
+            slow_hold,
         )
 
     def released(
-        self, kind: Kind, name: str, holder: str, held: float, *, warned: bool = False
+        self,
+        kind: Kind,
+        name: str,
+        holder: str,
+        held: float,
+        *,
+        warned: bool = False,
+        leader: bool = False,
+        slow_hold: float | None = None,
     ) -> None:
         """The holder released its last hold, ``held`` seconds after it began.
 
         ``warned``: ``held_long`` was logged for this hold already (then INFO, not WARNING).
+        ``slow_hold``: the hold's own threshold (the client's, or its object's: a leader's
+        term has none unless asked; ``Hold.slow_hold``), None for no log.
         """
-        slow = self.slow_hold
+        slow = slow_hold
         if slow is not None and held > slow:
             log.log(
                 logging.INFO if warned else logging.WARNING,
@@ -257,12 +274,14 @@ class Emitter:
                 slow,
             )
         if self.listeners:
-            self.emit(Released(kind, name, holder, held))
+            self.emit(Released(kind, name, holder, held, leader))
 
-    def lost(self, kind: Kind, name: str, holder: str, held: float, how: str) -> None:
+    def lost(
+        self, kind: Kind, name: str, holder: str, held: float, how: str, *, leader: bool = False
+    ) -> None:
         """A hold ended without its holder's release (the loss itself is logged by _holds)."""
         if self.listeners:
-            self.emit(Lost(kind, name, holder, held, how))
+            self.emit(Lost(kind, name, holder, held, how, leader))
 
     def renewal_round(self, servers: int, holds: int, duration: float, failed: int) -> None:
         """A watchdog round ended."""

@@ -29,6 +29,9 @@ HOLDER: Final = "aiolock.holder"
 LOSS_REASON: Final = "aiolock.loss.reason"
 REENTRANT: Final = "aiolock.reentrant"
 HOLD_DURATION: Final = "aiolock.hold.duration"
+# True on a leader's term's measurements and spans (absent on other holds): a term is a hold
+# of an ordinary lock, told apart from the application's own locks.
+LEADER: Final = "aiolock.leader"
 ERROR_TYPE: Final = "error.type"  # the conventions' own name for why an operation failed
 
 # Bucket advice in seconds: the SDK's default buckets (0 to 10000) are made for
@@ -280,6 +283,8 @@ class Instrumentation:
             attrs = table.acquired
             span_attrs = table.reentrant if event.reentrant else attrs
             series = table.series
+        if event.leader:
+            attrs, span_attrs = {**attrs, LEADER: True}, {**span_attrs, LEADER: True}
         self._acquire_wait.record(event.waited, attrs)
         # Permits have no holder to release them: aiolock.held counts locks only.
         if not event.reentrant and kind not in events.SEMAPHORE_KINDS:
@@ -314,25 +319,32 @@ class Instrumentation:
         kind, held = event.kind, event.held
         spans = self._spans or self._sdk_arrived()
         if self._name_attributes:
-            self._end_hold(event, self._named(kind, event.name, OUTCOME, "released"))
+            ended: Attributes = self._named(kind, event.name, OUTCOME, "released")
             if spans:
                 attrs = {KIND: kind, HOLD_DURATION: held, LOCK_NAME: event.name}
         else:
-            self._end_hold(event, self._kinds[kind].released)
+            ended = self._kinds[kind].released
             if spans:
                 attrs = {KIND: kind, HOLD_DURATION: held}
+        if event.leader:
+            ended = {**ended, LEADER: True}
+            if spans:
+                attrs[LEADER] = True
+        self._end_hold(event, ended)
         if spans:
             now = time_ns()
             self._tracer.start_span("aiolock.release", attributes=attrs, start_time=now).end(now)
 
     def _on_lost(self, event: events.Lost) -> None:
         if self._name_attributes:
-            self._end_hold(event, self._named(event.kind, event.name, OUTCOME, "lost"))
+            ended: Attributes = self._named(event.kind, event.name, OUTCOME, "lost")
             attrs: Attributes = self._named(event.kind, event.name, LOSS_REASON, event.how)
         else:
             table = self._kinds[event.kind]
-            self._end_hold(event, table.lost)
-            attrs = table.loss(event.how)
+            ended, attrs = table.lost, table.loss(event.how)
+        if event.leader:
+            ended, attrs = {**ended, LEADER: True}, {**attrs, LEADER: True}
+        self._end_hold(event, ended)
         self._lease_lost.add(1, attrs)
 
     def _on_waiting(self, event: events.Waiting) -> None:

@@ -20,6 +20,11 @@ Common fields:
 * ``name``: the lock's name as given to the client (without ``key_prefix``). Unbounded: do
   not make it a metric label without thinking.
 * ``holder``: the holder id, ``"<client id>:<n>"`` for a task, or ``owner=`` as given.
+* ``leader`` ([`Acquired`][aiolock.events.Acquired], [`Released`][aiolock.events.Released],
+  [`Lost`][aiolock.events.Lost]): the hold is a leader's term (``client.leader(name)``), a
+  hold of the lock ``name`` (``kind="lock"``, as Redisson sees it) that metrics and logs
+  can tell from the application's own locks. False for every other hold. Last, with a
+  default: an event built positionally as before is still valid.
 * Times are seconds (``float``), measured on a monotonic clock.
 """
 
@@ -87,6 +92,7 @@ class Acquired:
     holder: str
     waited: float
     reentrant: bool
+    leader: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +144,7 @@ class Released:
     name: str
     holder: str
     held: float
+    leader: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +172,7 @@ class Lost:
     holder: str
     held: float
     how: str
+    leader: bool = False
 
 
 @dataclass(frozen=True, slots=True)

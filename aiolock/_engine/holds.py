@@ -112,6 +112,11 @@ class Hold:
     # The lock kind that began it (the events' ``kind``): one hold may be re-entered through
     # handles of other kinds on the same key (a lock and a spin lock share the layout).
     began_as: Kind = "lock"
+    # It is a leader's term (its events say ``leader=True``), and past how long (s) it is
+    # logged as slow (None: never): the client's ``slow_hold``, or its object's (a term's
+    # default is never: a term is meant to be long). Both set where ``began`` is.
+    leader: bool = False
+    slow_hold: float | None = None
     # Logged as held past slow_hold already (by the renewal round): its release says so
     # at INFO only.
     slow_logged: bool = False
@@ -332,6 +337,8 @@ class HoldRegistry:
                     hold.holder,
                     monotonic() - began,
                     warned=hold.slow_logged,
+                    leader=hold.leader,
+                    slow_hold=hold.slow_hold,
                 )
             self.drop(hold)
             return
@@ -380,7 +387,9 @@ class HoldRegistry:
     def _ended_unreleased(self, hold: Hold, how: str) -> None:
         began = hold.began
         if began is not None:
-            self.events.lost(hold.began_as, hold.name, hold.holder, monotonic() - began, how)
+            self.events.lost(
+                hold.began_as, hold.name, hold.holder, monotonic() - began, how, leader=hold.leader
+            )
             hold.began = None  # announced once
 
     def mark_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:

@@ -212,6 +212,16 @@ class Primitive(Waitable):
     #: A message on the holder's channel while it holds means the lock was forced open
     #: (only a force publishes then): a guarded hold watches it (``watch.py``).
     watched: ClassVar[bool] = False
+    #: Its holds are a leader's terms (``client.leader()``): their events say so.
+    leader: ClassVar[bool] = False
+
+    def slow_hold(self, default: float | None) -> float | None:
+        """Past how long (s) a hold of it is logged as slow, None for never.
+
+        ``default``: the client's ``slow_hold``; an object of its own setting (a leader's
+        term) overrides it.
+        """
+        return default
 
     def pauses(self) -> Iterator[float]:  # pragma: no cover - only where ``polls``
         """The seconds a polling waiter waits before each next attempt (fresh per call)."""

@@ -270,7 +270,8 @@ class RenewalService:
                     task = loop.create_task(self._renew_share(server, shares[server]))
                     flying[task] = server
                     sent.add(task)
-                if ticked and self._events.slow_hold is not None:
+                if ticked:
+                    # Each hold has its own threshold (a leader's term, say): looked at per hold.
                     self._log_slow_holds()
                 if ticked and shares:
                     self.rounds += 1
@@ -287,20 +288,24 @@ class RenewalService:
                 await asyncio.wait(flying)
 
     def _log_slow_holds(self) -> None:
-        """Log, once per hold, each watchdog hold held past ``slow_hold`` so far.
+        """Log, once per hold, each watchdog hold held past its ``slow_hold`` so far.
 
         Once a period, from the renewal's own pass over its holds: a hold with a lease of
-        its own is not renewed, and its slow hold is logged at its release only.
+        its own is not renewed, and its slow hold is logged at its release only. The
+        threshold is the hold's (``Hold.slow_hold``: the client's, or its object's).
         """
         events = self._events
-        limit = events.slow_hold
-        assert limit is not None
         now = monotonic()
         for hold in self._holds:
-            began = hold.began
-            if began is not None and not hold.slow_logged and now - began > limit:
+            began, limit = hold.began, hold.slow_hold
+            if (
+                began is not None
+                and limit is not None
+                and not hold.slow_logged
+                and now - began > limit
+            ):
                 hold.slow_logged = True
-                events.held_long(hold.began_as, hold.name, hold.holder, now - began)
+                events.held_long(hold.began_as, hold.name, hold.holder, now - began, limit)
 
     def _rounds_answered(self, rounds: list[_Round], done: list[asyncio.Task[bool]]) -> None:
         """Count the shares back in ``done``; a round whose last share is back ends."""

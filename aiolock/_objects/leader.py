@@ -27,10 +27,12 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .._exceptions import ClientClosedError, LockLostError
+from .handle import LockHandle
+from .lock import Lock, LockPrimitive
 
 if TYPE_CHECKING:
+    from .._config import Settings
     from .._engine.guard import Hold
-    from .lock import Lock
 
 __all__ = ("Leader",)
 
@@ -45,6 +47,36 @@ _RETRY_FIRST = 0.05
 _RETRY_CAP = 0.5
 
 
+class TermPrimitive(LockPrimitive):
+    """The reentrant lock as a leader's terms hold it: the same keys, scripts and messages.
+
+    Only what the client tells of its holds differs: their events say ``leader=True``, and
+    a term is logged as slow past its leader's own ``slow_hold`` (None by default: a term is
+    meant to last), not the client's.
+    """
+
+    __slots__ = ("_slow_hold",)
+
+    leader = True
+
+    def __init__(self, settings: Settings, name: str, slow_hold: float | None) -> None:
+        super().__init__(settings, name)
+        self._slow_hold = slow_hold
+
+    def slow_hold(self, default: float | None) -> float | None:
+        return self._slow_hold
+
+
+def _term_lock(lock: Lock, slow_hold: float | None) -> Lock:
+    """``lock``'s handle, for the same holder, whose holds are terms (``TermPrimitive``)."""
+    engine = lock._engine
+    term = Lock.__new__(Lock)
+    LockHandle.__init__(
+        term, engine, TermPrimitive(engine.settings, lock.name, slow_hold), owner=lock.owner
+    )
+    return term
+
+
 class Leader:
     """An election among every holder of the reentrant lock ``name``; ``client.leader(name)``.
 
@@ -53,12 +85,15 @@ class Leader:
     raises ``LockLostError``. ``await leader.run(work)`` keeps campaigning and running
     ``await work()`` as the leader until ``work`` returns. ``lease`` None: the client's
     watchdog keeps the term alive; a number: each term lasts at most that long.
+    ``slow_hold``: a term held longer is logged as slow (WARNING), as the client's
+    ``slow_hold`` does for other holds; None (the default): never, a term is meant to last.
+    The term's events (``Acquired``, ``Released``, ``Lost``) say ``leader=True``.
     """
 
     __slots__ = ("__weakref__", "_lease", "_lock", "_terms")
 
-    def __init__(self, lock: Lock, lease: float | None) -> None:
-        self._lock = lock
+    def __init__(self, lock: Lock, lease: float | None, slow_hold: float | None = None) -> None:
+        self._lock = _term_lock(lock, slow_hold)
         self._lease = lease
         # The holds of this leader's terms under way (one per task elected through it).
         self._terms: set[Hold] = set()

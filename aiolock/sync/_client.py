@@ -119,9 +119,12 @@ class Client:
         """A count-down latch (Redisson RCountDownLatch layout)."""
         return CountDownLatch(self._rt, self._rt.async_client.count_down_latch(name))
 
-    def leader(self, name: str, lease: TimeArg = None) -> Leader:
-        """An election on the reentrant lock ``name``; a term is held by a thread."""
-        return Leader(self._rt, name, lease)
+    def leader(self, name: str, lease: TimeArg = None, *, slow_hold: TimeArg = None) -> Leader:
+        """An election on the reentrant lock ``name``; a term is held by a thread.
+
+        ``slow_hold`` as the async client's: None (the default) never logs a term as slow.
+        """
+        return Leader(self._rt, name, lease, slow_hold)
 
     def locked(
         self,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar, cast
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .._config import TimeArg, lease_seconds
+from .._config import TimeArg, lease_seconds, wait_seconds
 from .._exceptions import ClientClosedError, LockLostError
 from .._objects.leader import Leader as AsyncLeaderType
 from ._hold import Block, GuardedBlock, Hold, TaskBlock
@@ -210,12 +210,13 @@ class CountDownLatch:
 class Leader:
     """An election on the reentrant lock ``name``: the thread holding it is the leader."""
 
-    __slots__ = ("__weakref__", "_lease", "_local", "_name", "_rt", "_terms")
+    __slots__ = ("__weakref__", "_lease", "_local", "_name", "_rt", "_slow_hold", "_terms")
 
-    def __init__(self, rt: Runtime, name: str, lease: TimeArg) -> None:
+    def __init__(self, rt: Runtime, name: str, lease: TimeArg, slow_hold: TimeArg = None) -> None:
         self._rt = rt
         self._name = name
         self._lease = lease_seconds(lease)
+        self._slow_hold = wait_seconds(slow_hold, "slow_hold")
         # Each thread's async leader, freed with the thread (as the lock handles' are).
         self._local = threading.local()
         self._terms = 0
@@ -227,7 +228,7 @@ class Leader:
         if getattr(local, "owner", None) != owner:
             # The async leader over this thread's lock: the term is the thread's.
             lock = self._rt.async_client.lock(self._name, owner=owner)
-            local.leader = AsyncLeaderType(lock, self._lease)
+            local.leader = AsyncLeaderType(lock, self._lease, self._slow_hold)
             local.owner = owner
         leader: AsyncLeader = local.leader
         return leader

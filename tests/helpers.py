@@ -23,6 +23,8 @@ from aiolock.events import (
     Waiting,
 )
 
+from . import inside
+
 
 async def wait_until(
     predicate: Callable[[], bool | Awaitable[bool]], *, limit: float = 10.0, what: str = ""
@@ -70,7 +72,7 @@ class Gate:
 
     def attach(self, client: aiolock.Client) -> aiolock.Client:
         """Gate ``client``'s command connection; returns the client."""
-        transport: Any = client._transport
+        transport: Any = inside.transport(client)
         original = transport.call
 
         async def call(command: bytes) -> Any:
@@ -83,9 +85,9 @@ class Gate:
                 return await original(command)
             # Written to the server, as the transport writes a call: its reply is then
             # held back until release, as if the server were slow to answer.
-            wire = await transport._ready(1)
+            wire = await inside.ready_wire(transport, 1)
             future = asyncio.get_running_loop().create_future()
-            transport._put(wire, command, future)
+            inside.put(transport, wire, command, future)
             self.sent.set()
             try:
                 await self.release.wait()
@@ -121,8 +123,10 @@ def gated_redis(url: str) -> tuple[Redis, Gate]:
 
 def dispatchers_of(client: Any) -> list[Any]:
     """The client's pub/sub dispatchers: its one, or one per primary on a cluster."""
-    topology = client._topology
-    return topology.dispatchers() if hasattr(topology, "dispatchers") else [client._dispatcher]
+    topology = inside.topology(client)
+    return (
+        topology.dispatchers() if hasattr(topology, "dispatchers") else [inside.dispatcher(client)]
+    )
 
 
 def subscriptions_confirmed(client: Any) -> bool:
@@ -131,7 +135,7 @@ def subscriptions_confirmed(client: Any) -> bool:
     A task counts as waiting from the moment it enters the wait, before its SUBSCRIBE is
     answered: a test that looks at the server's subscriptions waits for this first.
     """
-    channels = [c for d in dispatchers_of(client) for c in d._channels.values()]
+    channels = [c for d in dispatchers_of(client) for c in inside.channels_of(d).values()]
     return bool(channels) and all(c.confirmed.is_set() for c in channels)
 
 
@@ -140,9 +144,13 @@ def _settling(client: Any) -> set[Any]:
 
     The long-lived background tasks (renewal, pub/sub readers, latch sweeper) do not count.
     """
-    readers = {dispatcher._reader for dispatcher in dispatchers_of(client)}
-    lasting = {client._renewal._task, client._latches._task, *readers}
-    return {task for task in client._background.tasks if task not in lasting}
+    readers = {inside.reader_of(dispatcher) for dispatcher in dispatchers_of(client)}
+    lasting = {
+        inside.task_of(inside.renewal(client)),
+        inside.task_of(inside.latches(client)),
+        *readers,
+    }
+    return {task for task in inside.background(client).tasks if task not in lasting}
 
 
 async def quiesce(client: Any, *, limit: float = 30.0) -> None:
@@ -332,11 +340,11 @@ async def forced_term_ends_on_its_message(
     task = asyncio.create_task(term())
     try:
         await asyncio.wait_for(entered.wait(), limit)
-        rounds = client._renewal.rounds
+        rounds = inside.renewal(client).rounds
         assert await admin.lock(name).force_unlock()
         with pytest.raises(aiolock.LockLostError, match="deleted while it held it"):
             await asyncio.wait_for(task, limit)
-        assert client._renewal.rounds == rounds
+        assert inside.renewal(client).rounds == rounds
     finally:
         task.cancel()
         await asyncio.wait([task])

@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
+from . import inside
 from .faultproxy import FaultProxy
 from .helpers import subscriptions_confirmed, wait_until
 
@@ -47,8 +48,9 @@ async def test_from_url_owns_and_closes_its_redis(redis_url: str, raw: Redis) ->
     async with aiolock.Client.from_url(redis_url) as client:
         assert await client.lock("x-unused").is_locked() in {True, False}
     assert client.closed
-    assert isinstance(client._redis, Redis)
-    assert client._redis.connection_pool._in_use_connections == set()
+    redis = inside.redis_of(client)
+    assert isinstance(redis, Redis)
+    assert redis.connection_pool._in_use_connections == set()
 
 
 async def test_aclose_wakes_waiters_with_client_closed(
@@ -75,12 +77,12 @@ async def test_aclose_right_after_a_background_task_ended(client: aiolock.Client
     async def job() -> None:
         return None
 
-    task = client._background.spawn(job())
+    task = inside.background(client).spawn(job())
     await asyncio.sleep(0)  # job ends in this loop iteration; its done-callback runs in the next
     assert task.done()
-    assert task in client._background.tasks
+    assert task in inside.background(client).tasks
     await client.aclose()
-    assert not client._background
+    assert not inside.background(client)
 
 
 async def test_calls_after_aclose_raise(client: aiolock.Client, name: str) -> None:
@@ -165,7 +167,7 @@ async def _in_full_use(client: aiolock.Client, name: str) -> asyncio.Task[bool]:
 
 async def _closed_everything(client: aiolock.Client, proxy: FaultProxy) -> None:
     """No task of the client runs and no connection of it is open."""
-    await wait_until(lambda: not client._background.tasks, what="the client's tasks ended")
+    await wait_until(lambda: not inside.background(client).tasks, what="the client's tasks ended")
     await wait_until(lambda: proxy.connections == 0, what="the client's connections closed")
 
 

@@ -30,6 +30,7 @@ from aiolock._objects.fair_lock import FairPrimitive
 from aiolock._objects.handle import LockHandle
 from aiolock.testing import LocalServer, start_local_server
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import wait_until
 from .test_conformance import LOCK_FACTORIES, LockKind, LockLike
@@ -85,7 +86,7 @@ def call(handle: LockLike, method: str) -> Awaitable[object]:
 
 def my_holder(client: aiolock.Client) -> str:
     """The calling task's holder id on ``client``."""
-    return client._engine.holder(None)[0]
+    return inside.engine(client).holder(None)[0]
 
 
 def assert_nothing_local(handle: LockLike) -> None:
@@ -627,11 +628,11 @@ async def _set_up_publishing(
     handle: LockHandle, admin: redis.Redis, operation: str
 ) -> Callable[[], Awaitable[object]]:
     """Set ``handle``'s lock up so that ``operation`` must publish; return the call."""
-    engine, p = handle._engine, handle._p
-    holder = engine.holder(handle._owner)[0]
+    engine, p = inside.engine(handle), inside.primitive_of(handle)
+    holder = engine.holder(inside.owner_of(handle))[0]
     # The call the engine would make for a lock() by this holder.
     call = Call(holder, None, p.field(holder), engine.settings.lease_ms, None, None, None, 0)
-    run = handle._engine.services.runner.run
+    run = inside.engine(handle).services.runner.run
     if operation != "leave":
         await handle.lock()
     if isinstance(handle, aiolock.FairLock):

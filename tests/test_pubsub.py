@@ -15,6 +15,7 @@ from aiolock._net.pubsub import Dispatcher
 from aiolock._net.subscriptions import Channel
 from aiolock._objects.rwlock import rwlock_wake_count
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import subscriptions_confirmed, wait_until
 
@@ -38,12 +39,9 @@ def _subscription(
 ) -> tuple[Dispatcher, _Waiters, Channel]:
     """A dispatcher subscribed to "ch" (no connection) and the room it delivers to."""
     room = WaitingRoom()
-    dispatcher = Dispatcher.__new__(Dispatcher)
-    dispatcher.closed = False
-    dispatcher._room = room
     channel = Channel("ch")
     channel.refs = 1
-    dispatcher._channels = {"ch": channel}
+    dispatcher = inside.unconnected_dispatcher(room, [channel])
     return dispatcher, _Waiters(room, wake), channel
 
 
@@ -55,9 +53,9 @@ def test_unlock_message_wakes_one_waiter_longest_waiting_first() -> None:
     """Message 0 wakes exactly one local waiter: the one registered first."""
     dispatcher, sub, _ = _subscription()
     waiters = [sub.add_waiter() for _ in range(3)]
-    dispatcher._on_reply(_message(b"0"))
+    inside.deliver(dispatcher, _message(b"0"))
     assert [w.event.is_set() for w in waiters] == [True, False, False]
-    dispatcher._on_reply(_message(b"0"))
+    inside.deliver(dispatcher, _message(b"0"))
     assert [w.event.is_set() for w in waiters] == [True, True, False]
 
 
@@ -65,7 +63,7 @@ def test_write_unlock_message_wakes_all() -> None:
     """Message 1 wakes every local waiter."""
     dispatcher, sub, _ = _subscription()
     waiters = [sub.add_waiter() for _ in range(3)]
-    dispatcher._on_reply(_message(b"1"))
+    inside.deliver(dispatcher, _message(b"1"))
     assert all(w.event.is_set() for w in waiters)
 
 
@@ -73,7 +71,7 @@ def test_unused_wake_is_passed_on_when_a_waiter_leaves() -> None:
     """A woken waiter that gives up (cancelled, deadline) hands its wake-up on."""
     dispatcher, sub, _ = _subscription()
     first, second = sub.add_waiter(), sub.add_waiter()
-    dispatcher._on_reply(_message(b"0"))
+    inside.deliver(dispatcher, _message(b"0"))
     sub.remove_waiter(first, leaving=True)
     assert second.event.is_set()
 
@@ -109,10 +107,10 @@ def test_rwlock_messages_wake_every_reader_and_one_writer() -> None:
         readers.add_waiter(shared=True),
         writers.add_waiter(),
     ]
-    dispatcher._on_reply(_message(b"1"))
+    inside.deliver(dispatcher, _message(b"1"))
     assert [w.event.is_set() for w in order] == [True, True, False, True, False]
     later_reader = readers.add_waiter(shared=True)
-    dispatcher._on_reply(_message(b"0"))
+    inside.deliver(dispatcher, _message(b"0"))
     assert [w.event.is_set() for w in order] == [True, True, True, True, False]
     assert later_reader.event.is_set()
 
@@ -130,7 +128,7 @@ def test_writer_passes_its_wake_to_the_next_writer_not_to_readers() -> None:
     """A woken writer that gives up wakes the next writer; readers are not woken again."""
     dispatcher, writers, _channel = _subscription(rwlock_wake_count)
     first, second = writers.add_waiter(), writers.add_waiter()
-    dispatcher._on_reply(_message(b"1"))
+    inside.deliver(dispatcher, _message(b"1"))
     reader = writers.add_waiter(shared=True)
     writers.remove_waiter(first, leaving=True)
     assert second.event.is_set()
@@ -146,7 +144,7 @@ def test_reader_giving_up_wakes_a_writer_queued_behind_it() -> None:
     dispatcher, writers, _channel = _subscription(rwlock_wake_count)
     readers = writers
     reader = readers.add_waiter(shared=True)
-    dispatcher._on_reply(_message(b"1"))
+    inside.deliver(dispatcher, _message(b"1"))
     queued = writers.add_waiter()
     readers.remove_waiter(reader, leaving=True)
     assert queued.event.is_set()
@@ -156,9 +154,8 @@ def test_reader_giving_up_wakes_a_writer_queued_behind_it() -> None:
 def test_confirmation_wakes_every_waiter_to_recheck() -> None:
     """A (re)confirmed subscription wakes all waiters: messages may have been missed."""
     dispatcher, sub, channel = _subscription()
-    dispatcher._sent = {}
     waiters = [sub.add_waiter() for _ in range(2)]
-    dispatcher._on_reply([b"subscribe", b"ch", 1])
+    inside.deliver(dispatcher, [b"subscribe", b"ch", 1])
     assert channel.confirmed.is_set()
     assert all(w.event.is_set() for w in waiters)
 
@@ -166,13 +163,12 @@ def test_confirmation_wakes_every_waiter_to_recheck() -> None:
 def test_stale_subscribe_reply_does_not_confirm() -> None:
     """A reply to an older SUBSCRIBE, with an UNSUBSCRIBE and SUBSCRIBE queued, is not taken."""
     dispatcher, _, channel = _subscription()
-    dispatcher._sent = {}
     for subscribe in (True, False, True):
-        dispatcher._sent.setdefault("ch", deque()).append(subscribe)
-    dispatcher._on_reply([b"subscribe", b"ch", 1])
-    dispatcher._on_reply([b"unsubscribe", b"ch", 0])
+        inside.sent_of(dispatcher).setdefault("ch", deque()).append(subscribe)
+    inside.deliver(dispatcher, [b"subscribe", b"ch", 1])
+    inside.deliver(dispatcher, [b"unsubscribe", b"ch", 0])
     assert not channel.confirmed.is_set()
-    dispatcher._on_reply([b"subscribe", b"ch", 1])
+    inside.deliver(dispatcher, [b"subscribe", b"ch", 1])
     assert channel.confirmed.is_set()
 
 
@@ -188,7 +184,7 @@ async def test_one_connection_serves_every_waiter(
     for lock in holders:
         await lock.lock()
     waiters = [asyncio.create_task(client.lock(f"test:{uid}:{i % 3}").lock()) for i in range(10)]
-    await wait_until(lambda: client._waiting.total() == 10, what="ten waiting")
+    await wait_until(lambda: inside.waiting_room(client).total() == 10, what="ten waiting")
     await wait_until(lambda: subscriptions_confirmed(client), what="subscriptions confirmed")
     assert await _pubsub_clients(raw) == 1
     numsub = dict(await raw.pubsub_numsub(*(lock_channel(lock.name) for lock in holders)))
@@ -228,7 +224,7 @@ async def test_waiters_recover_after_pubsub_connection_is_killed(
     async with asyncio.timeout(10):
         await asyncio.gather(*tasks)
     assert sorted(acquired) == list(range(5))
-    assert client._dispatcher.reconnects >= 1
+    assert inside.dispatcher(client).reconnects >= 1
 
 
 async def test_repeated_pubsub_kills_while_waiting(

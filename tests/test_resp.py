@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from redis.asyncio import Redis
 
-from aiolock._net import resp as _resp
-from aiolock._net.resp import pack_script
+from aiolock._net.resp import pack, pack_script
+
+from . import inside
 
 _SHA = b"0123456789abcdef0123456789abcdef01234567"
 
@@ -26,18 +27,18 @@ _args = st.lists(
 @given(keys=st.lists(st.text(), max_size=5), args=_args)
 @settings(max_examples=300, deadline=None)
 def test_same_bytes_as_hiredis(keys: list[str], args: list[str | int | bytes]) -> None:
-    expected = _resp._pack_command((b"EVALSHA", _SHA, len(keys), *keys, *args))
+    expected = inside.pack_command((b"EVALSHA", _SHA, len(keys), *keys, *args))
     # Twice: the second time the arguments come from the cache.
     assert pack_script(_SHA, keys, args) == expected
     assert pack_script(_SHA, keys, args) == expected
 
 
 def test_cache_is_bounded_and_stays_right_when_cleared() -> None:
-    for n in range(2 * _resp._BULKS_LIMIT):
+    for n in range(2 * inside.packed_arguments_limit()):
         packed = pack_script(_SHA, [f"latch:{n}"], ["holder", n])
-        assert packed == _resp._pack_command((b"EVALSHA", _SHA, 1, f"latch:{n}", "holder", n))
+        assert packed == inside.pack_command((b"EVALSHA", _SHA, 1, f"latch:{n}", "holder", n))
         # Cleared before a call once full: at most one call's arguments beyond the limit.
-        assert len(_resp._bulks) <= _resp._BULKS_LIMIT + 2
+        assert inside.packed_arguments_cached() <= inside.packed_arguments_limit() + 2
 
 
 @pytest.mark.parametrize("bad", [None, object(), 1j])
@@ -54,10 +55,10 @@ async def test_server_receives_every_key_and_argument(redis_url: str, raw: Redis
     parts = urllib.parse.urlsplit(redis_url)
     if parts.scheme != "redis":
         pytest.skip(f"a plain socket cannot speak {parts.scheme}://")
-    setup = [_resp.pack("SELECT", parts.path.lstrip("/") or "0")]
+    setup = [pack("SELECT", parts.path.lstrip("/") or "0")]
     if parts.password:
         login = [urllib.parse.unquote(parts.username)] if parts.username else []
-        setup.insert(0, _resp.pack("AUTH", *login, urllib.parse.unquote(parts.password)))
+        setup.insert(0, pack("AUTH", *login, urllib.parse.unquote(parts.password)))
     reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
     try:
         writer.write(b"".join(setup) + pack_script(sha.encode(), keys, args))

@@ -23,6 +23,7 @@ from aiolock._net.scripts import ScriptRunner, load_script
 from aiolock._net.topology import OneServer
 from aiolock._net.transport import CommandTransport
 
+from . import inside
 from .faultproxy import FaultProxy, command
 
 Make = Callable[..., CommandTransport]
@@ -55,7 +56,7 @@ async def make(wire: str, redis_url: str) -> AsyncIterator[Make]:
 
 
 def _direct(transport: CommandTransport) -> bool:
-    wire: Any = transport._wire
+    wire: Any = inside.wire_of(transport)
     return bool(wire is not None and wire.direct)
 
 
@@ -95,7 +96,7 @@ async def test_callers_woken_together_send_in_one_write(
     )
     try:
         await transport.call(pack("PING"))
-        wire: Any = transport._wire
+        wire: Any = inside.wire_of(transport)
         writes = 0
         write = wire.write
 
@@ -134,7 +135,7 @@ async def test_callers_woken_by_one_connection_send_to_another_in_one_write(
     try:
         await first.call(pack("PING"))
         await second.call(pack("PING"))
-        wire: Any = second._wire
+        wire: Any = inside.wire_of(second)
         writes = 0
         write = wire.write
 
@@ -218,14 +219,13 @@ async def test_backpressure_bounds_what_is_in_flight(make: Make, raw: Redis, uid
     transport = make(limit=limit)
     await transport.call(pack("PING"))
     most = 0
-    original = transport._put
 
     def counted(*args: Any) -> None:
         nonlocal most
         original(*args)
         most = max(most, transport.in_flight)
 
-    transport._put = counted  # type: ignore[method-assign,assignment]
+    original = inside.wrap_put(transport, counted)
     replies = await asyncio.gather(
         *(transport.call(pack("INCR", f"{uid}:n")) for _ in range(200)),
         transport.call_many([pack("INCR", f"{uid}:n")] * 5),
@@ -418,5 +418,6 @@ async def test_client_on_either_wire(wire: str, redis_url: str, name: str) -> No
             task = asyncio.create_task(waiter())
             await waiter_started.wait()
         assert await task  # woken through the pub/sub connection on the same wire kind
-        assert client._transport._wire is not None
-        assert client._transport._wire.direct == (wire == "direct")
+        used = inside.wire_of(inside.transport(client))
+        assert used is not None
+        assert used.direct == (wire == "direct")

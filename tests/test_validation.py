@@ -23,6 +23,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 import aiolock
 from aiolock._keys import fenced_token_key, lock_channel, unlock_latch_key
 
+from . import inside
 from .helpers import wait_until
 
 ClientFactory = Callable[..., aiolock.Client]
@@ -286,8 +287,8 @@ def test_client_options_timedelta() -> None:
     client = aiolock.Client.from_url(
         CLOSED_PORT_URL, watchdog_timeout=timedelta(seconds=9), retry_interval=timedelta(0)
     )
-    assert client._options.watchdog_timeout == 9.0
-    assert client._options.retry_interval == 0.0
+    assert inside.options(client).watchdog_timeout == 9.0
+    assert inside.options(client).retry_interval == 0.0
 
 
 def _async_client(**options: Any) -> object:

@@ -13,6 +13,7 @@ import aiolock
 from aiolock._keys import lock_channel, prefixed
 from aiolock._net.scripts import load_script
 
+from . import inside
 from .helpers import Gate, gated_redis, wait_until
 
 
@@ -42,15 +43,15 @@ async def test_acquire_cancelled_in_flight_leaves_lock_free(
     task = asyncio.create_task(client.lock(name).lock())
     await _cancel_in_flight(task, gate)
     await wait_until(lambda: _absent(raw, name), what="rollback deleted the lock")
-    assert len(client._holds) == 0
-    assert len(client._renewal) == 0
+    assert len(inside.holds(client)) == 0
+    assert len(inside.renewal(client)) == 0
     # The name is usable again at once.
     assert await client.lock(name).try_lock(0)
     await client.lock(name).unlock()
 
 
 def _only_renewal_running(client: aiolock.Client) -> bool:
-    return client._background.tasks <= {client._renewal._task}
+    return inside.background(client).tasks <= {inside.task_of(inside.renewal(client))}
 
 
 async def _absent(raw: Redis, key: str) -> bool:
@@ -88,7 +89,7 @@ async def test_cancelled_acquire_that_lost_the_race_changes_nothing(
     gate.arm("lock_acquire")
     task = asyncio.create_task(client.lock(name).lock())
     await _cancel_in_flight(task, gate)
-    await wait_until(lambda: len(client._background) == 0, what="rollback finished")
+    await wait_until(lambda: len(inside.background(client)) == 0, what="rollback finished")
     assert await raw.hgetall(name) == {"someone-else:1": "1"}
     await raw.delete(name)
 
@@ -100,13 +101,13 @@ async def test_rollback_before_late_acquire_blocks_it(
     tombstone = f"{prefixed('aiolock_acquire_cancel', name)}:late-1"
     field = f"{client.id}:1"
     channel = lock_channel(name)
-    undone = await client._runner.run(
+    undone = await inside.runner(client).run(
         load_script("lock_rollback"),
         [name, channel, tombstone],
         [field, 1, 30_000, "PUBLISH", 5_000],
     )
     assert int(undone) == 0
-    reply = await client._runner.run(
+    reply = await inside.runner(client).run(
         load_script("lock_acquire"), [name, tombstone], [30_000, field, 1]
     )
     assert [int(x) for x in reply] == [-1, 0]
@@ -146,9 +147,9 @@ async def test_unlock_cancelled_in_flight_still_releases(
     await _cancel_in_flight(task, gate)
     # The release carries on shielded; let its reply through.
     gate.release.set()
-    await wait_until(lambda: len(client._holds) == 0, what="bookkeeping cleared")
+    await wait_until(lambda: len(inside.holds(client)) == 0, what="bookkeeping cleared")
     assert await raw.exists(name) == 0
-    assert len(client._renewal) == 0
+    assert len(inside.renewal(client)) == 0
 
 
 async def test_async_with_body_cancelled_releases(
@@ -168,7 +169,7 @@ async def test_async_with_body_cancelled_releases(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await raw.exists(name) == 0
-    assert len(client._holds) == 0
+    assert len(inside.holds(client)) == 0
 
 
 async def test_async_with_exit_survives_a_second_cancel(
@@ -192,7 +193,7 @@ async def test_async_with_exit_survives_a_second_cancel(
     gate.release.set()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await wait_until(lambda: len(client._holds) == 0, what="bookkeeping cleared")
+    await wait_until(lambda: len(inside.holds(client)) == 0, what="bookkeeping cleared")
     assert await raw.exists(name) == 0
 
 
@@ -221,7 +222,7 @@ async def test_rollback_of_a_cut_off_acquire_never_undoes_the_next_one(
     await asyncio.wait([second], timeout=1.0)
     gate.release.set()
     await asyncio.wait_for(second, 5)
-    await wait_until(lambda: not len(client._order), what="the rollback landed")
+    await wait_until(lambda: not len(inside.ordering(client)), what="the rollback landed")
     assert await raw.hgetall(name) == {f"{client.id}:owner:worker": "1"}
     await lock.unlock()
     assert await _absent(raw, name)
@@ -252,7 +253,7 @@ async def test_task_ending_with_its_unlock_in_flight_did_not_end_holding(
     with pytest.raises(asyncio.CancelledError):
         await task
     gate.release.set()
-    await wait_until(lambda: len(client._holds) == 0, what="bookkeeping cleared")
+    await wait_until(lambda: len(inside.holds(client)) == 0, what="bookkeeping cleared")
     assert await _absent(raw, name)
     assert [r.getMessage() for r in caplog.records if r.name == "aiolock"] == []
 
@@ -280,13 +281,13 @@ async def test_task_ending_with_more_holds_than_unlocks_in_flight_is_reported(
     with pytest.raises(asyncio.CancelledError):
         await task
     gate.release.set()
-    await wait_until(lambda: not len(client._order), what="the release landed")
+    await wait_until(lambda: not len(inside.ordering(client)), what="the release landed")
     ended = [r.getMessage() for r in caplog.records if "ended while" in r.getMessage()]
     assert len(ended) == 1
     assert "(1 hold(s))" in ended[0]
-    assert len(client._holds) == 0
-    assert len(client._renewal) == 0
+    assert len(inside.holds(client)) == 0
+    assert len(inside.renewal(client)) == 0
     # One hold is left on the server, unrenewed: it expires with its lease.
     assert await raw.hvals(name) == ["1"]
-    assert 0 < await raw.pttl(name) <= client._settings.lease_ms
+    assert 0 < await raw.pttl(name) <= inside.settings(client).lease_ms
     await raw.delete(name)

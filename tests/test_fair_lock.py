@@ -17,6 +17,7 @@ import aiolock
 from aiolock._engine.primitive import Call
 from aiolock._net.scripts import load_script
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import (
     Gate,
@@ -162,7 +163,10 @@ async def no_queue(raw: Redis, name: str) -> bool:
 
 def cleanup_done(client: aiolock.Client) -> bool:
     """Whether every background task but the watchdog and the pub/sub reader has finished."""
-    return client._background.tasks <= {client._renewal._task, client._dispatcher._reader}
+    return inside.background(client).tasks <= {
+        inside.task_of(inside.renewal(client)),
+        inside.reader_of(inside.dispatcher(client)),
+    }
 
 
 @pytest.fixture
@@ -482,10 +486,12 @@ async def test_leaving_head_wakes_the_next_when_free(
     await subscribe_confirmed(listen, channel_of(name, head), channel_of(name, queued))
 
     # What the engine sends for a waiter of holder `head` that gives up.
-    slow = client.fair_lock(name, owner="slow")._p
-    leave = slow.leave(Call(head, None, head, client._settings.lease_ms, None, None, None, 0))
+    slow = inside.primitive_of(client.fair_lock(name, owner="slow"))
+    leave = slow.leave(
+        Call(head, None, head, inside.settings(client).lease_ms, None, None, None, 0)
+    )
     assert leave is not None
-    await client._runner.run(*leave[0])
+    await inside.runner(client).run(*leave[0])
     assert await next_message(listen) == (channel_of(name, queued), "0")
     async with asyncio.timeout(LIMIT):
         await waiter
@@ -663,14 +669,14 @@ async def test_watchdog_renews_and_reports_a_lost_lease(
     lock = client.fair_lock(name)
     await lock.lock()
     # Four renewal periods = more than a full lease.
-    await wait_until(lambda: client._renewal.calls >= 4, what="four renewals")
+    await wait_until(lambda: inside.renewal(client).calls >= 4, what="four renewals")
     assert await lock.is_held_by_current_task()
     assert 0 < await raw.pttl(name) <= 300
     holder = str(next(iter(await raw.hkeys(name))))
 
     await raw.pexpire(name, 1)
     with caplog.at_level(logging.WARNING, logger="aiolock"):
-        await wait_until(lambda: len(client._renewal) == 0, what="watchdog noticed")
+        await wait_until(lambda: len(inside.renewal(client)) == 0, what="watchdog noticed")
     lost = [r for r in caplog.records if "was lost" in r.getMessage()]
     assert len(lost) == 1
     assert name in lost[0].getMessage()
@@ -721,7 +727,7 @@ async def test_key_prefix(make_client: ClientFactory, raw: Redis, name: str) -> 
     assert await raw.hkeys(f"svc:{name}") == [f"{client.id}:owner:holder"]
     assert await queue_of(raw, f"svc:{name}") == [f"{client.id}:owner:w"]
     channel = channel_of(f"svc:{name}", f"{client.id}:owner:w")
-    await wait_until(lambda: channel in client._dispatcher.channels(), what="subscribed")
+    await wait_until(lambda: channel in inside.dispatcher(client).channels(), what="subscribed")
     assert await raw.exists(name, queue_key(name), timeout_key(name)) == 0
     await holder.unlock()
     async with asyncio.timeout(LIMIT):
@@ -749,7 +755,8 @@ async def test_pubsub_kill_while_waiting_keeps_the_order(
         tasks.append(asyncio.create_task(worker(i)))
         await wait_queued(raw, name, i + 1)
     await wait_until(
-        lambda: sum(len(c._dispatcher._channels) for c in clients) == 5, what="subscribing"
+        lambda: sum(len(inside.channels_of(inside.dispatcher(c))) for c in clients) == 5,
+        what="subscribing",
     )
     await wait_until(lambda: all(subscriptions_confirmed(c) for c in clients), what="subscribed")
     await raw.client_kill_filter(_type="pubsub")
@@ -758,7 +765,7 @@ async def test_pubsub_kill_while_waiting_keeps_the_order(
     async with asyncio.timeout(LIMIT):
         await asyncio.gather(*tasks)
     assert order == list(range(5))
-    assert sum(c._dispatcher.reconnects for c in clients) >= 1
+    assert sum(inside.dispatcher(c).reconnects for c in clients) >= 1
     assert await raw.exists(name) == 0
     assert await no_queue(raw, name)
 
@@ -776,17 +783,17 @@ async def test_resent_acquire_counts_once(client: aiolock.Client, raw: Redis, na
         return [30_000, holder, W_DEFAULT, now_ms(), target, joins, 30_000]
 
     for _ in range(2):
-        assert await client._runner.run(acquire, keys, args(me, 1)) == [1, 1]
+        assert await inside.runner(client).run(acquire, keys, args(me, 1)) == [1, 1]
     for _ in range(2):
-        assert await client._runner.run(acquire, keys, args(me, 2)) == [1, 2]
+        assert await inside.runner(client).run(acquire, keys, args(me, 2)) == [1, 2]
     assert await raw.hgetall(name) == {me: "2"}
     # The no-wait variant answers with the lease left and does not queue.
-    status, ttl = await client._runner.run(acquire, keys, args(other, 1, "0"))
+    status, ttl = await inside.runner(client).run(acquire, keys, args(other, 1, "0"))
     assert status == 0
     assert 0 < ttl <= 30_000
     assert await no_queue(raw, name)
     for _ in range(2):
-        status, ttl = await client._runner.run(acquire, keys, args(other, 1))
+        status, ttl = await inside.runner(client).run(acquire, keys, args(other, 1))
         assert status == 0
         assert 0 < ttl <= 30_000
     assert await queue_of(raw, name) == [other]
@@ -804,10 +811,14 @@ async def test_wait_bound_on_a_free_lock_is_the_heads_deadline(
     await raw.rpush(queue_key(name), head)
     await raw.zadd(timeout_key(name), {head: now + 5_000})
     me = f"{client.id}:direct"
-    reply = await client._runner.run(acquire, keys, [30_000, me, W_DEFAULT, now, 1, "1", 30_000])
+    reply = await inside.runner(client).run(
+        acquire, keys, [30_000, me, W_DEFAULT, now, 1, "1", 30_000]
+    )
     assert reply == [0, 5_000]
     # Capped: never longer than the cap (the client's watchdog timeout).
-    reply = await client._runner.run(acquire, keys, [30_000, me, W_DEFAULT, now, 1, "1", 2_000])
+    reply = await inside.runner(client).run(
+        acquire, keys, [30_000, me, W_DEFAULT, now, 1, "1", 2_000]
+    )
     assert reply == [0, 2_000]
     assert await queue_of(raw, name) == [head, me]
     await raw.delete(queue_key(name), timeout_key(name))
@@ -819,13 +830,13 @@ async def test_rollback_before_late_acquire_voids_it(
     """A rollback that reaches the server first voids the acquire: no hold, no queue entry."""
     tombstone = f"aiolock_acquire_cancel:{{{name}}}:late"
     me = f"{client.id}:1"
-    rolled = await client._runner.run(
+    rolled = await inside.runner(client).run(
         load_script("fair_rollback"),
         [name, queue_key(name), timeout_key(name), f"redisson_lock__channel:{{{name}}}", tombstone],
         [me, 1, 30_000, W_DEFAULT, now_ms(), "0", "PUBLISH", 5_000, "1"],
     )
     assert rolled == 0
-    reply = await client._runner.run(
+    reply = await inside.runner(client).run(
         load_script("fair_acquire"),
         [name, queue_key(name), timeout_key(name), tombstone],
         [30_000, me, W_DEFAULT, now_ms(), 1, "1", 30_000],
@@ -858,8 +869,8 @@ async def test_cancel_in_flight_gives_back_the_hold_and_wakes_the_head(
         await waiter
     assert await raw.hkeys(name) == [queued]
     await wait_until(lambda: cleanup_done(client), what="rollback finished")
-    assert len(client._holds) == 0
-    assert len(client._renewal) == 0
+    assert len(inside.holds(client)) == 0
+    assert len(inside.renewal(client)) == 0
     assert await no_queue(raw, name)
     await raw.delete(name)
 

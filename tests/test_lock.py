@@ -17,6 +17,7 @@ import aiolock
 from aiolock._keys import lock_channel, unlock_latch_key
 from aiolock._net.scripts import load_script
 
+from . import inside
 from .helpers import Gate, gated_redis, subscribe_confirmed, wait_until
 
 LIMIT = 10.0
@@ -294,7 +295,7 @@ async def test_release_replays_from_latch(client: aiolock.Client, raw: Redis, na
     release = load_script("lock_release")
     tombstone = f"aiolock_acquire_cancel:{{{name}}}:direct"
     for target in (1, 2):
-        await client._runner.run(acquire, [name, tombstone], [30_000, field, target])
+        await inside.runner(client).run(acquire, [name, tombstone], [30_000, field, target])
     assert await raw.hget(name, field) == "2"
 
     def release_args(latch: str) -> tuple[list[str], list[str | int]]:
@@ -302,21 +303,21 @@ async def test_release_replays_from_latch(client: aiolock.Client, raw: Redis, na
 
     first = unlock_latch_key(name, "a" * 32)
     assert first == f"redisson_unlock_latch:{{{name}}}:{'a' * 32}"
-    assert await client._runner.run(release, *release_args(first)) == 0
-    assert await client._runner.run(release, *release_args(first)) == 0
+    assert await inside.runner(client).run(release, *release_args(first)) == 0
+    assert await inside.runner(client).run(release, *release_args(first)) == 0
     assert await raw.hget(name, field) == "1"
     assert await raw.get(first) == "0"
     assert 0 < await raw.pttl(first) <= 20_000
 
     second = unlock_latch_key(name, "b" * 32)
-    assert await client._runner.run(release, *release_args(second)) == 1
+    assert await inside.runner(client).run(release, *release_args(second)) == 1
     assert not await raw.exists(name)
     # The resend finds the latch, not the missing hold: it replays 1 instead of failing.
-    assert await client._runner.run(release, *release_args(second)) == 1
+    assert await inside.runner(client).run(release, *release_args(second)) == 1
     assert await raw.get(second) == "1"
     # A new request id for the same holder now finds nothing to release.
     third = unlock_latch_key(name, "c" * 32)
-    assert await client._runner.run(release, *release_args(third)) is None
+    assert await inside.runner(client).run(release, *release_args(third)) is None
     assert not await raw.exists(third)
     await raw.delete(first, second)
 
@@ -327,13 +328,19 @@ async def test_resent_acquire_counts_once(client: aiolock.Client, raw: Redis, na
     acquire = load_script("lock_acquire")
     tombstone = f"aiolock_acquire_cancel:{{{name}}}:direct"
     for _ in range(2):
-        assert await client._runner.run(acquire, [name, tombstone], [30_000, field, 1]) == [1, 1]
+        assert await inside.runner(client).run(acquire, [name, tombstone], [30_000, field, 1]) == [
+            1,
+            1,
+        ]
     assert await raw.hgetall(name) == {field: "1"}
     for _ in range(2):
-        assert await client._runner.run(acquire, [name, tombstone], [30_000, field, 2]) == [1, 2]
+        assert await inside.runner(client).run(acquire, [name, tombstone], [30_000, field, 2]) == [
+            1,
+            2,
+        ]
     assert await raw.hgetall(name) == {field: "2"}
     # Another holder is refused with the PTTL of the current lease.
-    status, pttl = await client._runner.run(
+    status, pttl = await inside.runner(client).run(
         acquire, [name, tombstone], [30_000, f"{client.id}:other", 1]
     )
     assert status == 0
@@ -467,7 +474,7 @@ async def test_waiter_cut_off_mid_attempt_hands_its_turn_on(
     client, gate = gated
     # Subscribed with nobody waiting, as a hot lock's channel is for a moment after its
     # last waiter left: the next acquire joins it and registers before its first attempt.
-    keep = await client._dispatcher.subscribe(lock_channel(name), None)
+    keep = await inside.dispatcher(client).subscribe(lock_channel(name), None)
     assert keep is not None
     gate.arm("lock_acquire", before_send=True)
     cut_off = asyncio.create_task(client.lock(name).lock())
@@ -499,7 +506,7 @@ async def test_waiter_past_its_deadline_hands_an_unused_wake_on(
     client, gate = gated
     holder = client.lock(name, owner="holder")
     await holder.lock()
-    keep = await client._dispatcher.subscribe(lock_channel(name), None)
+    keep = await inside.dispatcher(client).subscribe(lock_channel(name), None)
     assert keep is not None
     gate.arm("lock_acquire")
     loop = asyncio.get_running_loop()
@@ -515,7 +522,7 @@ async def test_waiter_past_its_deadline_hands_an_unused_wake_on(
     queued = asyncio.create_task(newcomer())
     await wait_for_waiters(client.lock(name), 1)
     await holder.unlock()
-    first = client._waiting.waiters(lock_channel(name))[0]
+    first = inside.waiting_room(client).waiters(lock_channel(name))[0]
     await wait_until(first.event.is_set, what="the release woke the oldest waiter")
     await wait_until(lambda: loop.time() > deadline, what="the try_lock deadline passed")
     gate.release.set()

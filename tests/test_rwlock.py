@@ -18,6 +18,7 @@ from aiolock._engine.renewal import BATCH_SIZE
 from aiolock._keys import rwlock_channel
 from aiolock._net.scripts import Script, load_script
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import (
     Gate,
@@ -343,11 +344,11 @@ async def parked(client: aiolock.Client, name: str, count: int, scripts: Scripts
     """
 
     def all_parked() -> bool:
-        channel = client._dispatcher._channels.get(rwlock_channel(name))
+        channel = inside.channels_of(inside.dispatcher(client)).get(rwlock_channel(name))
         return (
             channel is not None
             and channel.confirmed.is_set()
-            and len(client._waiting.waiters(rwlock_channel(name))) == count
+            and len(inside.waiting_room(client).waiters(rwlock_channel(name))) == count
             and scripts.in_flight() == 0
         )
 
@@ -567,7 +568,7 @@ async def test_upgrade_raises_at_once_and_changes_nothing(
     assert await raw.hgetall(name) == before
     assert sorted(await raw.keys(f"*{uid}*")) == keys_before
     assert write.statistics().tasks_waiting == 0
-    assert client._dispatcher.channels() == {}
+    assert inside.dispatcher(client).channels() == {}
     assert lock.read_lock().statistics().hold_count == 2
     # Another task is not upgrading: it simply waits (and here gives up).
     assert not await gets_in(write)
@@ -670,7 +671,7 @@ async def test_waiters_subscribe_to_the_rwlock_channel(
     write_waiter = Holder(rw(client, name).write_lock())
     await waiting(writer, 2)
     await wait_until(lambda: subscriptions_confirmed(client), what="subscribed")
-    assert client._dispatcher.channels() == {channel_of(name): 2}
+    assert inside.dispatcher(client).channels() == {channel_of(name): 2}
     assert await raw.pubsub_channels(f"*{uid}*") == [channel_of(name)]
     await writer.unlock()
     # Either may get in first (both are woken): each lets go as soon as it is in.
@@ -815,7 +816,7 @@ async def test_force_unlock_only_in_its_own_mode(
     await assert_nothing_published(raw, listen, channel_of(name))
     # The writer's hold is intact, still renewed, and released normally.
     assert writer.statistics().held_by_current_task
-    assert len(client._renewal) == 1
+    assert len(inside.renewal(client)) == 1
     await writer.unlock()
     assert await next_message(listen) == "1"
 
@@ -825,15 +826,15 @@ async def test_force_unlock_only_in_its_own_mode(
     await readers[0].lock()
     assert not await rw(other, name).write_lock().force_unlock()
     assert await raw.hget(name, "mode") == "read"
-    assert len(client._renewal) == 2
+    assert len(inside.renewal(client)) == 2
     assert await rw(other, name).read_lock().force_unlock()
     assert await next_message(listen) == "0"
     # The hash and every read hold's timeout key are gone.
     assert await raw.keys(f"*{uid}*rwlock_timeout*") == []
     assert await raw.exists(name) == 0
     # The holders' client learns it from its watchdog.
-    await client._renewal.renew_once()
-    assert len(client._renewal) == 0
+    await inside.renewal(client).renew_once()
+    assert len(inside.renewal(client)) == 0
     for reader in readers:
         with pytest.raises(aiolock.LockLostError):
             await reader.unlock()
@@ -884,7 +885,7 @@ async def test_lost_lease_is_logged_and_raised(
     else:
         await raw.pexpire(name, 1)
     with caplog.at_level(logging.WARNING, logger="aiolock"):
-        await wait_until(lambda: len(client._renewal) == 0, what="watchdog noticed")
+        await wait_until(lambda: len(inside.renewal(client)) == 0, what="watchdog noticed")
     lost = [r.getMessage() for r in caplog.records if "was lost" in r.getMessage()]
     assert len(lost) == 1
     assert name in lost[0]
@@ -904,7 +905,7 @@ async def test_explicit_lease_read_hold_expires(
     client = make_client(watchdog_timeout=0.3)
     reader = rw(client, name).read_lock()
     await reader.lock(lease=0.2)
-    assert len(client._renewal) == 0
+    assert len(inside.renewal(client)) == 0
 
     async def gone() -> bool:
         return await raw.keys(f"*{uid}*") == []
@@ -925,19 +926,19 @@ async def test_watchdog_renews_read_and_write_holds(
     await reader.lock()
     await writer.lock()
     # One call per kind per period; twenty calls are ten periods, over three leases.
-    await wait_until(lambda: client._renewal.calls >= 20, what="ten renewal periods")
+    await wait_until(lambda: inside.renewal(client).calls >= 20, what="ten renewal periods")
     assert await reader.hold_count() == 2
     assert await writer.is_held_by_current_task()
     holder = holder_id(client, "r")
     for key in (name, timeout_key(name, holder, 1), timeout_key(name, holder, 2), f"{name}:w"):
         assert 0 < await pttl(raw, key) <= 300, key
-    before = client._renewal.calls
-    await client._renewal.renew_once()
-    assert client._renewal.calls - before == 2
+    before = inside.renewal(client).calls
+    await inside.renewal(client).renew_once()
+    assert inside.renewal(client).calls - before == 2
     await reader.unlock()
     await reader.unlock()
     await writer.unlock()
-    assert len(client._renewal) == 0
+    assert len(inside.renewal(client)) == 0
     assert await raw.exists(name, f"{name}:w") == 0
 
 
@@ -954,7 +955,7 @@ async def test_read_renewal_leaves_other_clients_keys_alone(
     foreign_key = timeout_key(name, holder_id(theirs, "them"), 1)
     for key in (name, own_key, foreign_key):
         await raw.pexpire(key, 1_000)
-    await mine._renewal.renew_once()
+    await inside.renewal(mine).renew_once()
     assert await pttl(raw, own_key) > 20_000
     assert await pttl(raw, name) > 20_000
     assert 0 < await pttl(raw, foreign_key) <= 1_000
@@ -973,7 +974,7 @@ async def test_read_renewal_never_shortens_the_hash(
     long_ = rw(theirs, name, owner="long").read_lock()
     await long_.lock(lease=100)
     await own.lock()
-    await mine._renewal.renew_once()
+    await inside.renewal(mine).renew_once()
     assert await pttl(raw, name) > 50_000
     await own.unlock()
     await long_.unlock()
@@ -988,9 +989,9 @@ async def test_read_renewal_is_batched_per_kind(
     writers = [rw(client, f"test:{uid}:w{i}").write_lock() for i in range(50)]
     for handle in [*readers, *writers]:
         await handle.lock()
-    before = client._renewal.calls
-    await client._renewal.renew_once()
-    assert client._renewal.calls - before == -(-150 // BATCH_SIZE) + 1
+    before = inside.renewal(client).calls
+    await inside.renewal(client).renew_once()
+    assert inside.renewal(client).calls - before == -(-150 // BATCH_SIZE) + 1
     for handle in [*readers, *writers]:
         await handle.unlock()
 
@@ -1022,7 +1023,7 @@ async def test_waiters_recover_after_pubsub_connection_is_killed(
     async with asyncio.timeout(LIMIT):
         await asyncio.gather(*tasks)
     assert sorted(got) == ["r0", "r1", "r2", "w"]
-    assert client._dispatcher.reconnects >= 1
+    assert inside.dispatcher(client).reconnects >= 1
 
 
 # -- cancellation and idempotency -----------------------------------------------------------
@@ -1047,7 +1048,7 @@ async def _cancel_in_flight(task: asyncio.Task[Any], gate: Gate) -> None:
 
 
 def _only_renewal_running(client: aiolock.Client) -> bool:
-    return client._background.tasks <= {client._renewal._task}
+    return inside.background(client).tasks <= {inside.task_of(inside.renewal(client))}
 
 
 @pytest.mark.parametrize("side", ["read", "write"])
@@ -1067,8 +1068,8 @@ async def test_acquire_cancelled_in_flight_leaves_nothing(
         return not [k for k in keys if not k.startswith("aiolock_acquire_cancel:")]
 
     assert await nothing_left()
-    assert len(client._holds) == 0
-    assert len(client._renewal) == 0
+    assert len(inside.holds(client)) == 0
+    assert len(inside.renewal(client)) == 0
     assert await handle.try_lock(0)
     await handle.unlock()
 
@@ -1100,7 +1101,7 @@ async def test_rollback_before_late_acquire_voids_it(
     prefix = timeout_key(name, field, 1).removesuffix(":1")
     read_tomb = f"aiolock_acquire_cancel:{{{name}}}:late-r"
     write_tomb = f"aiolock_acquire_cancel:{{{name}}}:late-w"
-    run = client._runner.run
+    run = inside.runner(client).run
     channel = channel_of(name)
     assert (
         await run(
@@ -1136,7 +1137,7 @@ async def test_resent_acquire_counts_once(client: aiolock.Client, raw: Redis, na
     prefix = timeout_key(name, field, 1).removesuffix(":1")
     tomb = f"aiolock_acquire_cancel:{{{name}}}:direct"
     read, write = load_script("rw_read_acquire"), load_script("rw_write_acquire")
-    run = client._runner.run
+    run = inside.runner(client).run
     for _ in range(2):
         assert await run(read, [name, prefix, tomb], [30_000, field, f"{field}:write", 1]) == [1, 1]
     assert await raw.hgetall(name) == {"mode": "read", field: "1"}
@@ -1157,7 +1158,7 @@ async def test_release_replays_from_latch(client: aiolock.Client, raw: Redis, na
     field = f"{client.id}:direct"
     prefix = timeout_key(name, field, 1).removesuffix(":1")
     tomb = f"aiolock_acquire_cancel:{{{name}}}:direct"
-    run = client._runner.run
+    run = inside.runner(client).run
     channel = channel_of(name)
     await run(load_script("rw_write_acquire"), [name, tomb], [30_000, f"{field}:write", 1])
     await run(
@@ -1286,7 +1287,7 @@ async def test_a_renewal_sent_behind_a_reentrant_read_unlock_reports_no_loss(
     await reader.lock()
     unlocking = asyncio.create_task(reader.unlock())
     await asyncio.sleep(0)  # the unlock's script is sent in its first step
-    await client._renewal.renew_once()
+    await inside.renewal(client).renew_once()
     await unlocking
     await reader.unlock()  # raised LockLostError when the round's answer was taken as a loss
     assert "was lost" not in caplog.text

@@ -20,6 +20,7 @@ from aiolock._engine.waiting import WaitingRoom
 from aiolock._net.scripts import Script
 from aiolock._objects.semaphore import SemaphoreState
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
 from .helpers import FAST, cancel_at, gated_redis, quiesce, wait_until, watch_script_runs
@@ -104,12 +105,12 @@ async def test_a_waiter_is_woken_by_another_clients_release(
     assert await a.semaphore(name).try_set_permits(0)
     waiting = b.semaphore(name)
     first = asyncio.create_task(waiting.try_acquire(wait=LIMIT))
-    await wait_until(lambda: b._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(b).waiting(name) == 1)
     await a.semaphore(name).release()
     async with asyncio.timeout(LIMIT):
         assert await first
     second = asyncio.create_task(waiting.try_acquire(wait=LIMIT))
-    await wait_until(lambda: b._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(b).waiting(name) == 1)
     java_release = raw.register_script(_REDISSON_RELEASE)
     await java_release(keys=[name, channel(name)], args=[1])
     async with asyncio.timeout(LIMIT):
@@ -126,9 +127,9 @@ async def test_a_wake_up_too_small_for_one_waiter_goes_to_the_next(
     sem = client.semaphore(name)
     assert await sem.try_set_permits(0)
     big = asyncio.create_task(sem.try_acquire(3, wait=LIMIT * 3))
-    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
     small = asyncio.create_task(sem.try_acquire(1, wait=LIMIT * 3))
-    await wait_until(lambda: client._waiting.waiting(name) == 2)
+    await wait_until(lambda: inside.waiting_room(client).waiting(name) == 2)
     await sem.release()
     async with asyncio.timeout(LIMIT):
         assert await small
@@ -145,7 +146,7 @@ async def test_releases_in_a_row_wake_only_as_many_as_permits_left(offline: aiol
     in a row publish "1", "2", "3". Each message wakes only the waiters its count leaves
     for, less those woken already and yet to try: three in all, not 1 + 2 + 3 (each one
     woken for nothing costs a script)."""
-    state = SemaphoreState(offline._settings, "s")
+    state = SemaphoreState(inside.settings(offline), "s")
     room = WaitingRoom()
     waiters = [
         room.add(state.chan, state.wake_count, shared=False, counts_available=True)
@@ -187,8 +188,10 @@ async def test_a_task_that_gives_back_and_takes_again_queues_behind_a_waiter(
             order.append("waiter")
 
     waiting = asyncio.create_task(waiter())
-    await wait_until(lambda: client._waiting.has_waiters(channel(name)), what="waiter in line")
-    await wait_until(lambda: not client._waiting.waiters(channel(name))[0].trying)
+    await wait_until(
+        lambda: inside.waiting_room(client).has_waiters(channel(name)), what="waiter in line"
+    )
+    await wait_until(lambda: not inside.waiting_room(client).waiters(channel(name))[0].trying)
     sent = _runs(monkeypatch, name)
     await sem.release()
     async with sem:  # straight back: before, it took the permit the release woke for
@@ -220,15 +223,19 @@ async def test_a_take_that_leaves_permits_lets_in_the_call_queued_behind_it(
         sem = client.semaphore(name)
         assert await sem.try_set_permits(0)
         ahead = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
-        await wait_until(lambda: client._waiting.has_waiters(channel(name)), what="in line")
-        await wait_until(lambda: not client._waiting.waiters(channel(name))[0].trying)
+        await wait_until(
+            lambda: inside.waiting_room(client).has_waiters(channel(name)), what="in line"
+        )
+        await wait_until(lambda: not inside.waiting_room(client).waiters(channel(name))[0].trying)
         gate.arm("semaphore_acquire")
         await make_client().semaphore(name).release(2)
         async with asyncio.timeout(LIMIT):
             await gate.sent.wait()
         await wait_until(lambda: _permits_now(raw, name, 1), what="the take ran")
         behind = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
-        await wait_until(lambda: client._waiting.waiting(name) == 2, what="queued behind")
+        await wait_until(
+            lambda: inside.waiting_room(client).waiting(name) == 2, what="queued behind"
+        )
         gate.release.set()
         async with asyncio.timeout(3):  # the re-check is 5 s away
             assert await ahead
@@ -253,7 +260,7 @@ async def test_a_take_a_message_counted_on_passes_its_wake_up_on(
         sem = client.semaphore(name)
         assert await sem.try_set_permits(0)
         first = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
-        await wait_until(lambda: client._waiting.waiting(name) == 1, what="first waits")
+        await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1, what="first waits")
         await wait_until(lambda: _parked(client, name, 1), what="first parked")
         second = asyncio.create_task(sem.try_acquire(1, wait=LIMIT))
         await wait_until(lambda: _parked(client, name, 2), what="second parked")
@@ -299,12 +306,14 @@ async def _permits_now(raw: Redis, name: str, count: int) -> bool:
 
 
 def _parked(client: aiolock.Client, name: str, count: int) -> bool:
-    waiters = client._waiting.waiters(channel(name))
+    waiters = inside.waiting_room(client).waiters(channel(name))
     return len(waiters) == count and not any(w.trying for w in waiters)
 
 
 def _counted_on(client: aiolock.Client, name: str) -> bool:
-    return any(w.trying and w.event.is_set() for w in client._waiting.waiters(channel(name)))
+    return any(
+        w.trying and w.event.is_set() for w in inside.waiting_room(client).waiters(channel(name))
+    )
 
 
 @pytest.mark.parametrize(
@@ -374,7 +383,7 @@ async def sweep(
             result = CANCELLED
         await quiesce(client)
         assert await permits(raw, name) - start == effect(result), f"k={k}, result={result!r}"
-        assert client._waiting.waiting(name) == 0, f"k={k}: a waiter left counted"
+        assert inside.waiting_room(client).waiting(name) == 0, f"k={k}: a waiter left counted"
         if result is not CANCELLED:
             return k + 1
     raise AssertionError("the call never completed before its cancel")
@@ -418,7 +427,9 @@ async def test_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str)
     async def waiter_ahead() -> None:
         await raw.set(name, 0)
         ahead.append(asyncio.create_task(sem.try_acquire(1, wait=LIMIT)))
-        await wait_until(lambda: client._waiting.has_waiters(channel(name)), what="in line")
+        await wait_until(
+            lambda: inside.waiting_room(client).has_waiters(channel(name)), what="in line"
+        )
 
     async def queued() -> bool:
         releaser = asyncio.create_task(sem.release(2))

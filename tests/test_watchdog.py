@@ -14,6 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 import aiolock
 from aiolock._engine.renewal import BATCH_SIZE
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import wait_until
 
@@ -26,11 +27,11 @@ async def test_watchdog_keeps_lock_past_its_timeout(
     lock = client.lock(name)
     await lock.lock()
     # Ten renewal periods = more than three full leases.
-    await wait_until(lambda: client._renewal.calls >= 10, what="ten renewals")
+    await wait_until(lambda: inside.renewal(client).calls >= 10, what="ten renewals")
     assert await lock.is_held_by_current_task()
     assert 0 < await raw.pttl(name) <= 300
     await lock.unlock()
-    assert len(client._renewal) == 0
+    assert len(inside.renewal(client)) == 0
 
 
 async def test_explicit_lease_is_never_renewed(
@@ -40,9 +41,9 @@ async def test_explicit_lease_is_never_renewed(
     client = make_client(watchdog_timeout=0.3)
     lock = client.lock(name)
     await lock.lock(lease=0.2)
-    assert len(client._renewal) == 0
+    assert len(inside.renewal(client)) == 0
     await wait_until(lambda: _absent(raw, name), what="lease expired")
-    assert client._renewal.calls == 0
+    assert inside.renewal(client).calls == 0
     with pytest.raises(aiolock.LockLostError, match=name):
         await lock.unlock()
     # The loss was reported once; the holder no longer believes it holds anything.
@@ -72,7 +73,7 @@ async def test_lost_lease_is_logged_and_raised(
     else:
         await raw.pexpire(name, 1)
     with caplog.at_level(logging.WARNING, logger="aiolock"):
-        await wait_until(lambda: len(client._renewal) == 0, what="watchdog noticed")
+        await wait_until(lambda: len(inside.renewal(client)) == 0, what="watchdog noticed")
     lost = [r for r in caplog.records if "was lost" in r.getMessage()]
     assert len(lost) == 1
     assert name in lost[0].getMessage()
@@ -108,9 +109,9 @@ async def test_renewal_is_batched(make_client: ClientFactory, raw: Redis, uid: s
         for n in names:
             pipe.pexpire(n, 60_000)
         await pipe.execute()
-    before = client._renewal.calls
-    await client._renewal.renew_once()
-    assert client._renewal.calls - before == -(-250 // BATCH_SIZE)
+    before = inside.renewal(client).calls
+    await inside.renewal(client).renew_once()
+    assert inside.renewal(client).calls - before == -(-250 // BATCH_SIZE)
     ttls = [await raw.pttl(n) for n in names]
     assert min(ttls) > 60_000
     for lock in locks:
@@ -124,7 +125,7 @@ async def test_renewal_round_is_one_round_trip_not_one_per_lock(
     it up once, not once per lock (found by the fault suite, where a round of 100 calls
     queued 100 times and leases ran out while held); NOSCRIPT costs two more."""
     client = make_client(watchdog_timeout=3600)
-    transport: Any = client._transport
+    transport: Any = inside.transport(client)
     sends = 0
     call, call_many = transport.call, transport.call_many
 
@@ -143,13 +144,13 @@ async def test_renewal_round_is_one_round_trip_not_one_per_lock(
     for name in names:
         await client.lock(name, owner="bulk").lock()
     await raw.script_flush()  # and the NOSCRIPT fallback resends the batch
-    sends, before = 0, client._renewal.calls
-    assert await client._renewal.renew_once()
-    assert client._renewal.calls - before == 3
+    sends, before = 0, inside.renewal(client).calls
+    assert await inside.renewal(client).renew_once()
+    assert inside.renewal(client).calls - before == 3
     assert sends == 3  # the batch, SCRIPT LOAD, the batch again
     await raw.pexpire(names[-1], 60_000)
     sends = 0
-    assert await client._renewal.renew_once()
+    assert await inside.renewal(client).renew_once()
     assert sends == 1
     assert await raw.pttl(names[-1]) > 60_000
     for name in names:
@@ -167,9 +168,9 @@ async def test_one_broken_key_does_not_stop_its_batch(
     await raw.delete(bad.name)
     await raw.set(bad.name, "not a hash")
     await raw.pexpire(good.name, 60_000)
-    await client._renewal.renew_once()
+    await inside.renewal(client).renew_once()
     assert await raw.pttl(good.name) > 60_000
-    assert len(client._renewal) == 1
+    assert len(inside.renewal(client)) == 1
     await good.unlock()
     with pytest.raises(aiolock.LockError, match="another type"):
         await bad.unlock()
@@ -184,12 +185,12 @@ async def test_renewal_error_is_logged_and_retried(
     The next period renews again and the lock survives.
     """
     client = make_client(watchdog_timeout=0.3, retry_attempts=0)
-    real_run_batch = client._runner.run_batch
+    real_run_batch = inside.runner(client).run_batch
     failures = 0
 
     class FlakyRunner:
-        shard = client._runner.shard
-        server = client._runner.server
+        shard = inside.runner(client).shard
+        server = inside.runner(client).server
 
         async def run_batch(self, script: Any, calls: list[Any]) -> list[Any]:
             nonlocal failures
@@ -199,11 +200,11 @@ async def test_renewal_error_is_logged_and_retried(
             return await real_run_batch(script, calls)
 
     # The renewal service's own view of the server fails twice, nothing else does.
-    client._renewal._runner = FlakyRunner()  # type: ignore[assignment]
+    inside.replace_renewal_runner(client, FlakyRunner())
     lock = client.lock(name)
     with caplog.at_level(logging.WARNING, logger="aiolock"):
         await lock.lock()
-        await wait_until(lambda: client._renewal.calls >= 6, what="renewals after failures")
+        await wait_until(lambda: inside.renewal(client).calls >= 6, what="renewals after failures")
     assert failures == 2
     assert sum("could not renew" in r.getMessage() for r in caplog.records) == 1
     assert sum("works again after 2 failed" in r.getMessage() for r in caplog.records) == 1
@@ -221,7 +222,7 @@ async def test_task_ending_while_holding_stops_renewal(
 
     with caplog.at_level(logging.WARNING, logger="aiolock"):
         await asyncio.create_task(forgetful())
-        await wait_until(lambda: len(client._renewal) == 0, what="renewal stopped")
+        await wait_until(lambda: len(inside.renewal(client)) == 0, what="renewal stopped")
     assert any("ended while" in r.getMessage() and name in r.getMessage() for r in caplog.records)
     assert await raw.exists(name) == 1  # it expires with its lease; clean up now
     await raw.delete(name)
@@ -250,9 +251,9 @@ async def test_long_lived_task_keeps_no_released_holds(client: aiolock.Client, n
         await lock.unlock()
     task = asyncio.current_task()
     assert task is not None
-    assert len(client._holds) == 0
+    assert len(inside.holds(client)) == 0
     # The task's entry (weak by task) is there, and empty.
-    assert not client._holds._by_task[weakref.ref(task)]
+    assert not inside.tasks_holding(inside.holds(client))[weakref.ref(task)]
 
 
 async def test_loss_found_by_unlock_is_logged_too(

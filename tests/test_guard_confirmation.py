@@ -21,6 +21,7 @@ from redis.asyncio import Redis
 import aiolock
 from aiolock.testing import start_local_server
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import wait_until
 
@@ -52,7 +53,7 @@ async def server_expiry(raw: Redis, key: str) -> float:
 
 def key_of(lock: Any) -> str:
     """The key whose expiry ends the hold (a fair read-write lock's is aiolock's own)."""
-    return str(lock._key)
+    return str(inside.key_of(lock))
 
 
 async def assert_not_later(raw: Redis, key: str, hold: aiolock.Hold) -> None:
@@ -279,14 +280,16 @@ async def test_forced_guarded_body_stops_before_the_next_holder(
     task = asyncio.create_task(body())
     await asyncio.wait_for(entered.wait(), LIMIT)
     waiting = asyncio.create_task(next_holder())
-    await wait_until(lambda: rival._engine.waiting(WATCHED[kind](rival, name)._key) > 0)
-    rounds = holder._renewal.rounds
+    await wait_until(
+        lambda: inside.engine(rival).waiting(inside.key_of(WATCHED[kind](rival, name))) > 0
+    )
+    rounds = inside.renewal(holder).rounds
     assert await WATCHED[kind](admin, name).force_unlock()
     with pytest.raises(aiolock.LockLostError, match="deleted while it held it"):
         await asyncio.wait_for(task, LIMIT)
     await asyncio.wait_for(waiting, LIMIT)
     assert 0 < stopped < taken
-    assert holder._renewal.rounds == rounds
+    assert inside.renewal(holder).rounds == rounds
 
 
 @pytest.mark.parametrize("kind", ["lock", "fair"])
@@ -407,3 +410,17 @@ async def test_a_shielded_acquire_is_named_in_the_warning(
     with pytest.raises(aiolock.LockNotOwnedError):
         await lock.unlock()
     assert await client.lock(name).force_unlock()
+
+
+async def test_strict_restarts_hold_back_semaphores_too() -> None:
+    """restart_grace holds back a semaphore's takes as it does acquires: permits a restart
+    forgot may still be in use."""
+    with start_local_server(appendonly=False) as server:
+        strict = aiolock.Client.from_url(server.url, restart_grace=1)
+        try:
+            reports = strict.semaphore("strict-reports", permits=1)
+            assert not await reports.try_acquire(wait=0)
+            assert await reports.try_acquire(wait=LIMIT)
+            await reports.release()
+        finally:
+            await strict.aclose()

@@ -133,6 +133,10 @@ class Counting(Part):
         mark, _ = self._core.call_starts()
 
         async def attempt() -> Outcome:
+            restarts = self._s.restarts
+            if restarts is not None and (left := await restarts.left_ms(w.key)):
+                # Strict restarts: permits the server forgot may still be in use.
+                return Outcome(done=False, wait=left / 1000)
             tombstone = acquire_tombstone_key(w.key, self._core.request_id())
             invocation, undo_invocation = attempt_for(tombstone)
 

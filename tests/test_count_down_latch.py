@@ -12,6 +12,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, command, script
 from .helpers import FAST, cancel_at, quiesce, wait_until
@@ -85,7 +86,11 @@ async def test_waiters_return_when_the_count_reaches_zero(
         asyncio.create_task(client.count_down_latch(name).wait(timeout=LIMIT * 3))
         for client in (a, a, b)
     ]
-    await wait_until(lambda: a._waiting.waiting(name) == 2 and b._waiting.waiting(name) == 1)
+    await wait_until(
+        lambda: (
+            inside.waiting_room(a).waiting(name) == 2 and inside.waiting_room(b).waiting(name) == 1
+        )
+    )
     await c.count_down_latch(name).count_down()
     assert not any(w.done() for w in waiters)
     count_down = raw.register_script(_REDISSON_COUNT_DOWN)
@@ -103,7 +108,7 @@ async def test_a_java_delete_wakes_the_waiters(
     latch = client.count_down_latch(name)
     assert await latch.try_set_count(3)
     waiter = asyncio.create_task(latch.wait(timeout=LIMIT * 3))
-    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
     delete = raw.register_script(_REDISSON_DELETE)
     assert await delete(keys=[name, channel(name)]) == 1
     async with asyncio.timeout(LIMIT):
@@ -116,7 +121,7 @@ async def test_a_wait_runs_out(client: aiolock.Client, name: str) -> None:
     assert await latch.try_set_count(1)
     assert not await latch.wait(timeout=0)
     assert not await latch.wait(timeout=0.05)
-    assert client._waiting.waiting(name) == 0
+    assert inside.waiting_room(client).waiting(name) == 0
     await latch.count_down()
 
 
@@ -192,7 +197,7 @@ async def test_cancellation_sweep(client: aiolock.Client, raw: Redis, name: str)
         except asyncio.CancelledError:
             cancelled = True
         await quiesce(client)
-        assert client._waiting.waiting(name) == 0, f"k={k}"
+        assert inside.waiting_room(client).waiting(name) == 0, f"k={k}"
         assert await raw.exists(name) == 0
         cases += 1
         if not cancelled:

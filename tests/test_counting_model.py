@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
+from . import inside
 from .helpers import CANCELLED, run_cancellable, wait_until
 from .test_model import settings_for
 
@@ -129,7 +130,10 @@ class SemaphoreMachine(_Counting):
         async def scenario() -> bool:
             waiter = asyncio.ensure_future(waiting.try_acquire(short, wait=LIMIT))
             await wait_until(
-                lambda: self.clients[client]._waiting.waiting(self.name) == 1 or waiter.done()
+                lambda: (
+                    inside.waiting_room(self.clients[client]).waiting(self.name) == 1
+                    or waiter.done()
+                )
             )
             await other.release(n)
             return bool(await waiter)
@@ -150,9 +154,13 @@ class SemaphoreMachine(_Counting):
 
         async def scenario() -> tuple[bool, Any]:
             waiter = asyncio.ensure_future(waiting.try_acquire(short, wait=LIMIT))
-            await wait_until(lambda: c._waiting.waiting(self.name) == 1 or waiter.done())
+            await wait_until(
+                lambda: inside.waiting_room(c).waiting(self.name) == 1 or waiter.done()
+            )
             behind = asyncio.ensure_future(self.call(waiting.try_acquire(1, wait=LIMIT), cancel))
-            await wait_until(lambda: c._waiting.waiting(self.name) == 2 or behind.done())
+            await wait_until(
+                lambda: inside.waiting_room(c).waiting(self.name) == 2 or behind.done()
+            )
             await other.release(n + 1)
             return bool(await waiter), await behind
 
@@ -207,7 +215,9 @@ class LatchMachine(_Counting):
 
         async def scenario() -> list[bool]:
             waiters = [asyncio.ensure_future(waiting.wait(timeout=LIMIT)) for _ in range(2)]
-            await wait_until(lambda: self.clients[client]._waiting.waiting(self.name) == 2)
+            await wait_until(
+                lambda: inside.waiting_room(self.clients[client]).waiting(self.name) == 2
+            )
             for _ in range(self.count):
                 await other.count_down()
             return list(await asyncio.gather(*waiters))
@@ -309,7 +319,7 @@ class PermitMachine(_Counting):
     @rule(client=clients)
     def renew(self, client: int) -> None:
         """A renewal round renews every renewed permit of the client; none is lost."""
-        renewal = self.clients[client]._renewal
+        renewal = inside.renewal(self.clients[client])
         assert self.run(renewal.renew_once())
         mine = sum(1 for c, _, _ in self.renewed if c == client)
         assert len(renewal) == mine

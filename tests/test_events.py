@@ -28,6 +28,7 @@ from aiolock.events import (
     Waiting,
 )
 
+from . import inside
 from .helpers import wait_until
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ def of(events: list[Event], kind: type[Any]) -> list[Any]:
 
 def holder_of(client: aiolock.Client) -> str:
     """The calling task's holder id."""
-    return client._engine.holder(None)[0]
+    return inside.engine(client).holder(None)[0]
 
 
 async def test_acquire_reentrant_release(make_client: ClientFactory, name: str) -> None:
@@ -101,7 +102,7 @@ async def test_contended_wait_is_measured(make_client: ClientFactory, name: str)
             pass
 
     waiter = asyncio.create_task(contender())
-    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
     # The call started no later than now (it waits already), and ends after the release:
     # its wait covers at least the time in between. (Not from a time taken in the
     # contender before its call: under load the call's own start can come later.)
@@ -134,7 +135,7 @@ async def test_acquire_failures(make_client: ClientFactory, name: str) -> None:
     assert failed[1].waited >= 0.05
 
     waiter = asyncio.create_task(client.lock(name).lock())
-    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
@@ -154,7 +155,7 @@ async def test_acquire_failures(make_client: ClientFactory, name: str) -> None:
     closed_events = recorder(closing)
     await lock.lock()
     waiter = asyncio.create_task(closing.lock(name).lock())
-    await wait_until(lambda: closing._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(closing).waiting(name) == 1)
     await closing.aclose()
     with pytest.raises(aiolock.ClientClosedError):
         await waiter
@@ -180,7 +181,7 @@ async def test_lost_by_force_unlock(make_client: ClientFactory, name: str) -> No
     await lock.lock()
     other = make_client()
     assert await other.lock(name).force_unlock()
-    await client._renewal.renew_once()
+    await inside.renewal(client).renew_once()
     assert [loss.how for loss in of(events, Lost)] == ["forced", "renewal"]
     with pytest.raises(aiolock.LockLostError):
         await lock.unlock()
@@ -212,7 +213,7 @@ async def test_reconnected_after_client_kill(
             pass
 
     waiter = asyncio.create_task(contender())
-    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
     await raw.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # type: ignore[no-untyped-call]
     await wait_until(lambda: bool(of(events, Reconnected)), what="pub/sub reconnected")
     await raw.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")  # type: ignore[no-untyped-call]
@@ -266,7 +267,7 @@ async def test_slow_wait_and_slow_hold_logged(
     with caplog.at_level(logging.WARNING, logger="aiolock"):
         await lock.lock()
         waiter = asyncio.create_task(contender())
-        await wait_until(lambda: client._waiting.waiting(name) == 1)
+        await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
         await asyncio.sleep(0.1)  # held, and waited for, past both thresholds
         await lock.unlock()
         await waiter
@@ -288,8 +289,8 @@ async def test_slow_hold_logged_once_while_held(
     with caplog.at_level(logging.INFO, logger="aiolock"):
         async with client.lock(name):
             await wait_until(lambda: any("still held" in r.getMessage() for r in caplog.records))
-            rounds = client._renewal.rounds
-            await wait_until(lambda: client._renewal.rounds >= rounds + 2)
+            rounds = inside.renewal(client).rounds
+            await wait_until(lambda: inside.renewal(client).rounds >= rounds + 2)
     still = [r for r in caplog.records if "still held" in r.getMessage()]
     assert len(still) == 1
     assert still[0].levelno == logging.WARNING
@@ -304,8 +305,8 @@ async def test_slow_log_off(
     client = make_client(slow_wait=None, slow_hold=None, watchdog_timeout=0.15)
     with caplog.at_level(logging.INFO, logger="aiolock"):
         async with client.lock(name):
-            rounds = client._renewal.rounds
-            await wait_until(lambda: client._renewal.rounds >= rounds + 2)
+            rounds = inside.renewal(client).rounds
+            await wait_until(lambda: inside.renewal(client).rounds >= rounds + 2)
     assert not [r for r in caplog.records if "slow_" in r.getMessage()]
 
 

@@ -16,6 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 import aiolock
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
 from .helpers import FAST
@@ -65,7 +66,7 @@ async def test_watchdog_hold_stays_renewed(
     await lock.lock()
     await lock.extend(120)
     assert 60_000 < await raw.pttl(name) <= 120_000
-    assert await client._renewal.renew_once()
+    assert await inside.renewal(client).renew_once()
     assert 10_000 < await raw.pttl(name) <= 20_000
     await lock.unlock()
 

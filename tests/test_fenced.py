@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import wait_until
 
@@ -190,7 +191,10 @@ async def test_an_acquisition_without_a_token_is_given_back(
     await raw.delete(token_key(name))
     with pytest.raises(aiolock.LockError, match="no token"):
         await fenced.lock_and_get_token()
-    await wait_until(lambda: client._background.tasks <= {client._renewal._task}, what="given back")
+    await wait_until(
+        lambda: inside.background(client).tasks <= {inside.task_of(inside.renewal(client))},
+        what="given back",
+    )
     assert await raw.hgetall(name) == {field: "1"}
     assert fenced.statistics().hold_count == 1
     await fenced.unlock()

@@ -17,6 +17,7 @@ import pytest
 import aiolock
 from aiolock.events import Event, Lost
 
+from . import inside
 from .conftest import ClientFactory
 from .test_otel import Telemetry
 
@@ -89,7 +90,7 @@ async def test_a_hold_the_renewal_finds_gone_stays_renewal(
     lock = client.lock(name)
     await lock.lock()
     assert await other.lock(name).force_unlock()
-    await client._renewal.renew_once()
+    await inside.renewal(client).renew_once()
     assert hows(seen) == ["renewal"]
     with pytest.raises(aiolock.LockLostError):
         await lock.unlock()

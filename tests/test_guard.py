@@ -17,6 +17,7 @@ import pytest
 import aiolock
 from aiolock._engine.guard import Guarded, Hold, drift_margin
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
 from .helpers import wait_until
@@ -102,8 +103,9 @@ async def test_same_client_force_unlock_cancels_at_once(client: aiolock.Client, 
 
     async def lose() -> None:
         assert await lock.force_unlock()
-        assert guarded._hold is not None
-        assert guarded._hold.lost
+        hold = inside.hold_of(guarded)
+        assert hold is not None
+        assert hold.lost
 
     with pytest.raises(aiolock.LockLostError):
         await lose_inside(guarded, lose)
@@ -137,7 +139,7 @@ async def test_explicit_lease_ends_the_body(make_client: ClientFactory, name: st
 
     with pytest.raises(aiolock.LockLostError):
         await body()
-    hold = guarded._hold
+    hold = inside.hold_of(guarded)
     assert hold is not None
     assert hold.lost
     # Cancelled when the lease was no longer confirmed, not before (bounded, not hung).
@@ -285,8 +287,9 @@ async def test_multilock_lost_with_any_member(client: aiolock.Client, name: str)
     guarded = aiolock.MultiLock(a, b).guarded()
     with pytest.raises(aiolock.LockLostError):
         await lose_inside(guarded, b.force_unlock)
-    assert guarded._hold is not None
-    assert guarded._hold.lost
+    hold = inside.hold_of(guarded)
+    assert hold is not None
+    assert hold.lost
 
     async def released() -> bool:
         return not await a.is_locked()
@@ -300,7 +303,7 @@ async def test_redlock_lost_below_a_majority(client: aiolock.Client, name: str) 
 
     async def lose() -> None:
         await locks[0].force_unlock()
-        hold = guarded._hold
+        hold = inside.hold_of(guarded)
         assert hold is not None
         assert not hold.lost  # two of three still held
         await locks[1].force_unlock()
@@ -378,7 +381,7 @@ async def test_cancel_all_stops_every_guarded_body(client: aiolock.Client, name:
     tasks = [asyncio.create_task(body(i)) for i in range(2)]
     for event in entered:
         await event.wait()
-    guard = client._engine.guard
+    guard = inside.engine(client).guard
     assert len(guard) == 2
     assert set(guard.cancel_all()) == set(tasks)
     for task in tasks:

@@ -35,6 +35,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
+from . import inside
 from .helpers import wait_until
 from .test_model import settings_for
 
@@ -148,7 +149,7 @@ class GuardMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.forced)
     @rule()
     def renewal_round(self) -> None:
-        self.runner.run(self.client._renewal.renew_once())
+        self.runner.run(inside.renewal(self.client).renew_once())
 
     # A kind whose channel tells a force ends the body on the message; another kind's hold
     # is found gone by the renewal (a hold of an explicit lease is not renewed: its force
@@ -161,7 +162,7 @@ class GuardMachine(RuleBasedStateMachine):
         async def forced() -> None:
             assert await KINDS[self.kind](self.admin, self.name).force_unlock()
             if self.kind not in WATCHED:
-                await self.client._renewal.renew_once()
+                await inside.renewal(self.client).renew_once()
             assert self.task is not None
             with pytest.raises(aiolock.LockLostError):
                 await asyncio.wait_for(self.task, LIMIT)
@@ -180,7 +181,7 @@ class GuardMachine(RuleBasedStateMachine):
             assert hold is not None
             loop = asyncio.get_running_loop()
             sent = loop.time()
-            pttl = await self.raw.pttl(self.lock._key)
+            pttl = await self.raw.pttl(inside.key_of(self.lock))
             if hold.lost:
                 return
             if pttl < 0:
@@ -190,7 +191,7 @@ class GuardMachine(RuleBasedStateMachine):
                 return
             expiry = sent + pttl / 1000
             assert hold.confirmed_until <= expiry, (hold.confirmed_until - sent, pttl)
-            armed = self.client._engine.guard._armed
+            armed = inside.armed_at(inside.engine(self.client).guard)
             assert armed <= hold.confirmed_until + 1e-6, (armed - sent, hold.confirmed_until - sent)
 
         self.runner.run(check())
@@ -200,7 +201,7 @@ class GuardMachine(RuleBasedStateMachine):
             if self.task is not None and not self.task.done():
                 self.task.cancel()
                 await asyncio.wait([self.task])
-            await wait_until(lambda: not len(self.client._renewal), limit=LIMIT)
+            await wait_until(lambda: not len(inside.renewal(self.client)), limit=LIMIT)
             await self.client.aclose()
             await self.admin.aclose()
             await self.raw.aclose()

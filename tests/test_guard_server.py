@@ -23,6 +23,7 @@ from redis.asyncio import Redis
 import aiolock
 from aiolock.testing import LocalServer, start_local_server
 
+from . import inside
 from .helpers import wait_until
 
 LIMIT = 10.0
@@ -73,7 +74,7 @@ async def assert_nothing_left(
 ) -> None:
     """The server back: the lock free for others, the client's belief and renewal empty."""
     await wait_until(lambda: not client.lock(name).statistics().hold_count, limit=LIMIT)
-    await wait_until(lambda: len(client._renewal) == 0, limit=LIMIT, what="renewal stopped")
+    await wait_until(lambda: len(inside.renewal(client)) == 0, limit=LIMIT, what="renewal stopped")
     rival = aiolock.Client.from_url(server.url, watchdog_timeout=LEASE)
     try:
         async with asyncio.timeout(LIMIT):

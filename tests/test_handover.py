@@ -17,6 +17,7 @@ from aiolock._engine.handover import IN_A_ROW
 from aiolock._keys import lock_channel, rwlock_channel
 from aiolock._net.scripts import load_script
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import Gate, gated_redis, quiesce, wait_until
 
@@ -25,7 +26,7 @@ LIMIT = 10.0
 
 def _parked(client: aiolock.Client, name: str, count: int = 1) -> bool:
     """Whether ``count`` waiters of ``client`` on ``name`` are parked in their wait."""
-    waiters = client._waiting.waiters(lock_channel(name))
+    waiters = inside.waiting_room(client).waiters(lock_channel(name))
     return sum(w.parked is not None for w in waiters) >= count
 
 
@@ -154,7 +155,7 @@ async def test_a_waiter_gone_before_the_hand_over_lands_leaves_nothing(
     await quiesce(client)
     assert await raw.exists(name) == 0
     assert not lock.statistics().held_by_current_task
-    assert len(client._holds) == 0
+    assert len(inside.holds(client)) == 0
     # The task that left can take the lock again at once.
     assert await lock.try_lock(0)
     await lock.unlock()
@@ -197,7 +198,7 @@ async def test_a_cancelled_release_still_hands_over(
     assert await waiter
     await quiesce(client)
     assert await raw.exists(name) == 0
-    assert len(client._holds) == 0
+    assert len(inside.holds(client)) == 0
 
 
 def _token_key(name: str) -> str:
@@ -239,7 +240,7 @@ async def test_a_plain_release_never_hands_the_lock_to_a_fenced_waiter(
     assert token == counter
     assert await _publishes(raw) == before + 2  # the plain release and the fenced one
     assert await raw.exists(name) == 0
-    assert len(client._holds) == 0
+    assert len(inside.holds(client)) == 0
 
 
 async def test_a_lock_waiter_behind_a_fenced_one_is_not_handed_the_lock_past_it(
@@ -300,7 +301,7 @@ async def test_a_fenced_release_hands_nothing_over(
 
 
 def _rw_parked(client: aiolock.Client, name: str, count: int) -> bool:
-    waiters = client._waiting.waiters(rwlock_channel(name))
+    waiters = inside.waiting_room(client).waiters(rwlock_channel(name))
     return sum(w.parked is not None for w in waiters) >= count
 
 

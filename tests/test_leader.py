@@ -16,6 +16,7 @@ from redis.asyncio import Redis
 import aiolock
 import aiolock.sync
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, command
 from .helpers import forced_term_ends_on_its_message, wait_until
@@ -114,7 +115,7 @@ async def test_term_lost_to_force_unlock(make_client: ClientFactory, name: str) 
 def _barrier_back(leader: aiolock.Leader) -> bool:
     """Whether the watch of the leader's term has its barrier back (engine internals)."""
     lock = leader.lock
-    waiters = lock._engine.services.waiting.waiters(lock._p.channel(""))
+    waiters = inside.engine(lock).services.waiting.waiters(inside.primitive_of(lock).channel(""))
     return any(w.barrier is not None and w.barrier.passed for w in waiters)
 
 
@@ -138,13 +139,13 @@ async def test_forced_term_ends_before_the_next_begins(
             lambda: b_leader.lock.statistics().tasks_waiting == 1 and _barrier_back(a_leader),
             what="b campaigns, a's term has its barrier back",
         )
-        rounds = a._renewal.rounds
+        rounds = inside.renewal(a).rounds
         assert await admin.lock(name).force_unlock()
         with pytest.raises(aiolock.LockLostError):
             await asyncio.wait_for(a_task, LIMIT)
         await asyncio.wait_for(b_task, LIMIT)
         assert a_span[1] < b_start[0], f"a's work ran {b_start[0] - a_span[1]:.6f} s into b's"
-        assert a._renewal.rounds == rounds
+        assert inside.renewal(a).rounds == rounds
 
 
 @pytest.mark.parametrize(
@@ -191,7 +192,7 @@ async def test_unlock_message_before_the_barrier_does_not_end_the_term(
     client = aiolock.Client.from_url(proxy.url)
     checks = proxy.watch(command("HEXISTS"))
     leader = client.leader(name)
-    channel = leader.lock._p.channel("")
+    channel = inside.primitive_of(leader.lock).channel("")
     entered = asyncio.Event()
 
     async def term() -> None:

@@ -19,6 +19,7 @@ import aiolock
 import aiolock.sync
 from aiolock.events import Acquired, Event, Lost, Released
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import wait_until
 from .test_otel import Telemetry
@@ -103,8 +104,8 @@ async def held_past(client: aiolock.Client, seconds: float) -> None:
     """Return once held past ``seconds`` and two more renewal rounds (each logs slow holds)."""
     start = monotonic()
     await wait_until(lambda: monotonic() - start > seconds, what="held past the threshold")
-    rounds = client._renewal.rounds
-    await wait_until(lambda: client._renewal.rounds >= rounds + 2, what="two renewal rounds")
+    rounds = inside.renewal(client).rounds
+    await wait_until(lambda: inside.renewal(client).rounds >= rounds + 2, what="two renewal rounds")
 
 
 async def test_the_clients_slow_hold_spares_a_term(

@@ -15,6 +15,7 @@ from redis.asyncio import Redis
 
 import aiolock
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
 from .helpers import FAST, cancel_at, quiesce, wait_until
@@ -128,7 +129,7 @@ async def test_permits_shared_with_a_redisson_client(
     acquire = raw_bytes.register_script(_REDISSON_ACQUIRE)
     assert await acquire(keys=[name, timeouts(name)], args=[NEVER, java_id]) == b"OK"
     waiter = asyncio.create_task(psem.try_acquire(wait=LIMIT))
-    await wait_until(lambda: client._waiting.waiting(name) == 1)
+    await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
     await client.permit_expirable_semaphore(name).release(java_id.hex())
     async with asyncio.timeout(LIMIT):
         permit = await waiter
@@ -319,7 +320,7 @@ async def test_delete(client: aiolock.Client, raw: Redis, name: str) -> None:
     async def block() -> None:
         async with psem.acquired():
             assert await psem.delete() is True
-            assert len(client._renewal) == 0
+            assert len(inside.renewal(client)) == 0
 
     with pytest.raises(aiolock.LockLostError, match="delete"):
         await block()
@@ -344,17 +345,17 @@ async def test_acquired_renews_the_permit(
         assert first is not None
         assert before + 30_000 <= first <= before + 31_000
         await wait_until(lambda: _past(raw, first - 30_000 + 1))
-        assert await client._renewal.renew_once()
+        assert await inside.renewal(client).renew_once()
         renewed = await raw_bytes.zscore(timeouts(name), member)
         assert renewed is not None
         assert renewed > first
         async with psem.acquired(lease=60) as leased:
-            assert len(client._renewal) == 1  # only the first
+            assert len(inside.renewal(client)) == 1  # only the first
             with pytest.raises(aiolock.LockTimeoutError):
                 async with psem.acquired(wait=0):
                     pass
         assert await raw_bytes.zscore(timeouts(name), bytes.fromhex(leased)) is None
-    assert len(client._renewal) == 0
+    assert len(inside.renewal(client)) == 0
     assert await raw.zcard(timeouts(name)) == 0
     assert await psem.available_permits() == 2
     await raw.delete(name)
@@ -377,8 +378,8 @@ async def test_a_renewed_permit_found_gone_is_reported_lost(
         async with psem.acquired() as permit:
             await raw_bytes.zrem(timeouts(name), bytes.fromhex(permit))
             await raw.incr(name)
-            await client._renewal.renew_once()
-            assert len(client._renewal) == 0
+            await inside.renewal(client).renew_once()
+            assert len(inside.renewal(client)) == 0
 
     with pytest.raises(aiolock.LockLostError, match="watchdog found its hold gone"):
         await block()
@@ -453,11 +454,13 @@ async def test_a_lost_renewal_reply_keeps_the_permit_once(
         async with psem.acquired() as permit:
             first = await raw_bytes.zscore(timeouts(name), bytes.fromhex(permit))
             assert first is not None
-            await wait_until(lambda: _past(raw, first - client._engine.settings.lease_ms + 1))
+            await wait_until(
+                lambda: _past(raw, first - inside.engine(client).settings.lease_ms + 1)
+            )
             drop = proxy.drop_reply(script("psem_renew"))
-            assert await client._renewal.renew_once()
+            assert await inside.renewal(client).renew_once()
             assert drop.executed.is_set()
-            assert len(client._renewal) == 1
+            assert len(inside.renewal(client)) == 1
             assert (await raw.get(name), await raw.zcard(timeouts(name))) == ("1", 1)
             assert await _moved(raw_bytes, name, bytes.fromhex(permit), first)
         assert (await raw.get(name), await raw.zcard(timeouts(name))) == ("2", 0)
@@ -493,7 +496,7 @@ async def test_lifecycle_cancellation_sweep(client: aiolock.Client, raw: Redis, 
                 cancelled = True
             await quiesce(client)
             assert await total() == after, f"k={k}"
-            assert len(client._renewal) == 0, f"k={k}: a permit left renewed"
+            assert len(inside.renewal(client)) == 0, f"k={k}: a permit left renewed"
             cases += 1
             if not cancelled:
                 break

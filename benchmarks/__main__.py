@@ -33,6 +33,7 @@ from typing import Any
 
 from aiolock.testing import redis_server
 
+from . import _redisson
 from ._adapters import ADAPTERS
 from ._baseline import install_baseline
 from ._cases import Job, Scenario, measure
@@ -133,6 +134,14 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="skip the synchronizers part (semaphore, latch, fair read-write lock, RedLock)",
     )
+    parser.add_argument(
+        "--redisson-warmup",
+        type=float,
+        default=_redisson.WARMUP_S,
+        metavar="S",
+        help="each Redisson JVM's warm-up before its first measurement, in seconds (default "
+        f"{_redisson.WARMUP_S:g}; {_redisson.REWARM_S:g} s before each later one)",
+    )
     parser.add_argument("--duration", type=float, help="seconds per measurement")
     parser.add_argument("--reps", type=int, help="interleaved repetitions per scenario")
     args = parser.parse_args(argv)
@@ -177,6 +186,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     # lands in a different stretch of noise, and the medians and spreads show it.
     args.duration = args.duration or (0.6 if args.full else 0.3)
     args.reps = args.reps or (4 if args.full else 1)
+    if args.redisson_warmup < 0:
+        parser.error("--redisson-warmup: seconds, 0 or more")
+    _redisson.WARMUP_S = args.redisson_warmup  # the JVMs are started from this process
     return args
 
 
@@ -259,8 +271,25 @@ def _check(keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         cls = ADAPTERS[key]
         status = cls.check()
         impls[key] = {"label": cls.label, "mode": cls.mode, "note": cls.note, "status": status}
+        if cls.runner == "jvm" and not status:
+            impls[key]["note"] = f"{cls.note}; {_redisson.describe()}"
         print(f"{cls.label}: {status or 'available'}", flush=True)
     return impls
+
+
+def _absent(info: dict[str, Any], key: str) -> bool:
+    """Redisson where it cannot run (no JDK, say): no rows at all, the one line of "Peers
+    that could not run" says why (a Python peer's "cannot run" shows in its rows)."""
+    return bool(info["status"]) and ADAPTERS[key].runner == "jvm"
+
+
+def applies(cls: type[Any], scen: Scenario) -> bool:
+    """Whether implementation ``cls`` runs in scenario ``scen`` on the run's one server."""
+    return (
+        scen.kind in cls.cases
+        and cls.topology == "server"
+        and (cls.variants is None or scen.variant in cls.variants)
+    )
 
 
 def _run_cases(
@@ -269,9 +298,7 @@ def _run_cases(
     """Every scenario x repetition x implementation, round-robin; one row per measurement."""
     runs: list[dict[str, Any]] = []
     for scen in (s for s in SCENARIOS if s.case in args.cases):
-        keys = [
-            k for k in impls if scen.kind in ADAPTERS[k].cases and ADAPTERS[k].topology == "server"
-        ]
+        keys = [k for k in impls if applies(ADAPTERS[k], scen) and not _absent(impls[k], k)]
         print(f"== {CASES[scen.case]}. {scen.case} {scen.variant}", flush=True)
         for rep in range(args.reps):
             shift = rep % max(1, len(keys))
@@ -396,7 +423,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         load0 = _load()
         srv = {"kind": server.kind, "url": server.url, **server_info(server.url)}
         pinned = _pin(server.url, args.pin_cpu) if args.pin else None
-        runs, result = _server_part(args, server.url, impls, run_id)
+        try:
+            runs, result = _server_part(args, server.url, impls, run_id)
+        finally:
+            _redisson.close()  # Redisson's JVMs, kept for the run, before their server goes
     cluster_headline = bool(args.cases & {"uncontended", "contended"})
     if not args.no_cluster and (cluster_headline or "scale-out" in args.cases):
         result["cluster"] = run_cluster(

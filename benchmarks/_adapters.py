@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Protocol
 import redis
 import redis.asyncio
 
+from . import _redisson
 from ._baseline import NAME, on_path
 from ._instrument import RoundTrips
 
@@ -101,6 +102,11 @@ class _Adapter:
     note: ClassVar[str] = ""
     #: "server": measured on the run's one server; "cluster": on the local cluster only.
     topology: ClassVar[str] = "server"
+    #: The scenario variants it runs in (``None``: every variant of its ``cases``).
+    variants: ClassVar[frozenset[str] | None] = None
+    #: "python": workers in this process (or spawned ones); "jvm": Java processes that
+    #: benchmarks/_redisson.py starts and reads.
+    runner: ClassVar[str] = "python"
 
     def __init__(self, url: str, tag: str) -> None:
         self.url = url
@@ -661,7 +667,26 @@ class TokenRing(AsyncAdapter):
         await self.client.aclose()
 
 
-ADAPTERS: dict[str, type[AsyncAdapter] | type[SyncAdapter]] = {
+# --------------------------------------------------------------------------- Redisson: Java
+
+
+class Redisson(_Adapter):
+    """Redisson's RLock, in JVMs of interop/redisson's Bench (benchmarks/_redisson.py)."""
+
+    key = "redisson"
+    label = "Redisson RLock (Java)"
+    mode = "thread"
+    cases = frozenset({"uncontended", "contended", "multiproc"})
+    variants = _redisson.VARIANTS
+    runner = "jvm"
+    note = "Java: one JVM per process, threads; JIT warmed up before the window"
+
+    @classmethod
+    def check(cls) -> str | None:
+        return _redisson.reason()
+
+
+ADAPTERS: dict[str, type[AsyncAdapter] | type[SyncAdapter] | type[Redisson]] = {
     cls.key: cls
     for cls in (
         AiolockLock,
@@ -681,6 +706,7 @@ ADAPTERS: dict[str, type[AsyncAdapter] | type[SyncAdapter]] = {
         TokenRing,
         AiolockCluster,
         FloorCluster,
+        Redisson,
     )
 }
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from ._adapters import ADAPTERS, AsyncAdapter, AsyncWorker, SyncAdapter, SyncWorker, Unavailable
 from ._instrument import CommandStats, LogCounter, RoundTrips
+from ._redisson import JvmUnavailable, run_jvms
 from ._stats import Record, contended_metrics, rw_metrics, uncontended_metrics
 
 __all__ = ("MAX_OPS", "Job", "Scenario", "measure")
@@ -472,11 +473,13 @@ def measure(job: Job) -> dict[str, float | int | str | None]:
         return now()
 
     try:
-        if job.scen.processes > 1:
+        if ADAPTERS[job.key].runner == "jvm":
+            groups = [_jvm_group(report) for report in run_jvms(job, before, after)]
+        elif job.scen.processes > 1:
             groups = _run_processes(job, before, after)
         else:
             groups = [_run_group(job, 0, Signals(go, after))]
-    except Unavailable as exc:
+    except (Unavailable, JvmUnavailable) as exc:
         return {"status": str(exc)}
     except Exception as exc:
         return {"status": f"error: {_describe(exc)}"}
@@ -484,6 +487,19 @@ def measure(job: Job) -> dict[str, float | int | str | None]:
         stats.close()
     delta = CommandStats.delta(snaps["before"], snaps["after"])
     return _summarise(groups, job.scen, job.duration, delta)
+
+
+def _jvm_group(report: dict[str, Any]) -> GroupResult:
+    """One Redisson JVM's report (benchmarks/_redisson.py) as a process's result."""
+    return GroupResult(
+        records=[Record(int(r[0]), *map(float, r[1:5])) for r in report["records"]],
+        stuck=[float(t) for t in report["stuck"]],
+        cpu_s=float(report["cpu_s"]),
+        round_trips=int(report["round_trips"]),
+        stragglers=int(report["stragglers"]),
+        errors=[str(e) for e in report.get("errors", [])],
+        t_start=float(report["t_start"]),
+    )
 
 
 def _summarise(

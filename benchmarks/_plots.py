@@ -107,4 +107,65 @@ def plot(
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+    written += _plot_redisson(plt, rows, out_dir)
     return written
+
+
+def _value(
+    rows: Sequence[Mapping[str, Any]], case: str, variant: str, impl: str, metric: str
+) -> float | None:
+    for row in rows:
+        if (row["case"], row["variant"], row["impl"]) == (case, variant, impl):
+            value = row.get(metric)
+            if row.get("status") == "ok" and isinstance(value, int | float):
+                return float(value)
+    return None
+
+
+def _plot_redisson(plt: Any, rows: Sequence[Mapping[str, Any]], out_dir: Path) -> list[Path]:
+    """aiolock ÷ Redisson (Java) per case with the goals, and each side's round trips and
+    server commands per acquisition (``redisson_vs_aiolock.png``); nothing without Redisson."""
+    from ._report import REDISSON_CASES  # noqa: PLC0415  (the report's case list)
+
+    cases = [c for c in REDISSON_CASES if _value(rows, c[1], c[2], "redisson", c[3])]
+    if not cases:
+        return []
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 5))
+    xs = range(len(cases))
+    for shift, impl, label, color in (
+        (-0.2, "aiolock", "aiolock Lock", "C0"),
+        (0.2, "aiolock-sync", "aiolock.sync (threads)", "C2"),
+    ):
+        heights = []
+        for _, case, variant, metric, _ in cases:
+            mine = _value(rows, case, variant, impl, metric)
+            theirs = _value(rows, case, variant, "redisson", metric)
+            heights.append(mine / theirs if mine is not None and theirs else 0.0)
+        left.bar([x + shift for x in xs], heights, width=0.4, label=label, color=color)
+    for x, (_, _, _, _, goal) in zip(xs, cases, strict=True):
+        if goal:
+            left.hlines(goal, x - 0.45, x + 0.45, colors="k", linestyles="dashed")
+    left.axhline(1.0, color="grey", linewidth=0.8)
+    left.set_yscale("log")  # ratios from below 1 to tens
+    left.set_xticks(list(xs), [c[0] for c in cases], fontsize=8, rotation=15)
+    left.set_ylabel("aiolock ÷ Redisson (pairs/s or owner changes/s)")
+    left.set_title("aiolock against Redisson (dashed: the goal)")
+    left.legend(fontsize=8)
+    width = 0.2
+    for offset, impl, metric, label, color in (
+        (-1.5, "aiolock", "round_trips_per_op", "aiolock round trips", "C0"),
+        (-0.5, "redisson", "round_trips_per_op", "Redisson round trips", "C3"),
+        (0.5, "aiolock", "server_cmds_per_op", "aiolock server cmds", "C9"),
+        (1.5, "redisson", "server_cmds_per_op", "Redisson server cmds", "C1"),
+    ):
+        heights = [_value(rows, c[1], c[2], impl, metric) or 0.0 for c in cases]
+        right.bar([x + offset * width for x in xs], heights, width=width, label=label, color=color)
+    right.set_xticks(list(xs), [c[0] for c in cases], fontsize=8, rotation=15)
+    right.set_ylabel("per acquisition")
+    right.set_title("Round trips and server commands per acquisition")
+    right.legend(fontsize=8)
+    fig.tight_layout()
+    path = out_dir / "redisson_vs_aiolock.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]

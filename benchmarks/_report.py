@@ -8,7 +8,17 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ("Row", "headline", "markdown", "ratios", "targets", "write")
+__all__ = (
+    "REDISSON_CASES",
+    "Row",
+    "headline",
+    "markdown",
+    "ratios",
+    "redisson_markdown",
+    "redisson_ratios",
+    "targets",
+    "write",
+)
 
 Row = dict[str, Any]  # one merged row: case, variant, impl + metrics
 Value = float | int | str | None
@@ -192,6 +202,8 @@ def markdown(result: Mapping[str, Any]) -> str:
 
     out += _table(header, _rows_for(rows, impls, "handoff", handoff, len(header)))
 
+    out += redisson_markdown(result)
+
     out += ["", "## 4. Read-write lock: 8 readers + 1 writer on one lock", ""]
     header = ["implementation", "mode", "tasks", "reads/s", "writes/s", "read wait p50 / p99 ms",
               "write wait p50 / p99 / max ms", "round trips/acq", "notes"]  # fmt: skip
@@ -251,8 +263,9 @@ _HEADLINE = (
     ("4 processes x 8 tasks on one lock", "contended", "4x8", "owner_changes_per_s",
      "owner changes/s", "ring"),
 )  # fmt: skip
-#: Not peers: aiolock's own objects and the baselines that are not locks.
-_NOT_PEERS = ("aiolock", "floor", "ring")
+#: Not the best Python peer: aiolock's own objects, the baselines that are not locks, and
+#: Redisson (Java), which has a column of its own.
+_NOT_PEERS = ("aiolock", "floor", "ring", "redisson")
 
 
 def headline(result: Mapping[str, Any]) -> str:
@@ -269,6 +282,7 @@ def headline(result: Mapping[str, Any]) -> str:
         return "-" if value is None else f"{value:.2f}x"
 
     lines = []
+    java_cells: list[str] = []
     for label, case, variant, metric, unit, base in _HEADLINE:
         mine = ok(_find(rows, case, variant, "aiolock"), metric)
         if mine is None:
@@ -282,6 +296,8 @@ def headline(result: Mapping[str, Any]) -> str:
             and (value := ok(row, metric)) is not None
         ]
         best = max(peers, default=None)
+        java = ok(_find(rows, case, variant, "redisson"), metric)
+        java_cells.append("-" if java is None else f"{times(_ratio(mine, java))} ({_num(java)}/s)")
         lines.append(
             [
                 label,
@@ -296,6 +312,10 @@ def headline(result: Mapping[str, Any]) -> str:
         return ""
     meta = result["meta"]
     header = ["case", "aiolock Lock", "against the floor / ring", "best peer", "÷ best peer"]
+    java = any(cell != "-" for cell in java_cells)
+    if java:  # Redisson (Java) measured: aiolock ÷ Redisson (Redisson's figure)
+        header.append("÷ Redisson (Java)")
+        lines = [[*line, cell] for line, cell in zip(lines, java_cells, strict=True)]
     load = [f"{x:.1f}" for x in meta.get("load_average") or () if isinstance(x, int | float)]
     cores = (meta.get("environment") or {}).get("cpu_count")
     host = (
@@ -311,7 +331,9 @@ def headline(result: Mapping[str, Any]) -> str:
             *_table(header, lines),
             "",
             "floor: two bare EVALSHA round trips (not a lock); ring: a pub/sub token ring "
-            "(not a lock); peers: the other Python locks that could run here." + host,
+            "(not a lock); peers: the other Python locks that could run here"
+            + ("; Redisson: the Java client's RLock, threads in JVMs." if java else ".")
+            + host,
             *(
                 []
                 if meta["mode"] == "full"
@@ -324,6 +346,116 @@ def headline(result: Mapping[str, Any]) -> str:
             "",
         ]
     )
+
+
+#: The cases Redisson is measured in (issue 38) and the project's goal for aiolock ÷ Redisson
+#: in each (0: reported, no goal): (label, case, variant, metric, goal).
+REDISSON_CASES = (
+    ("1 thread, uncontended", "uncontended", "1 task", "pairs_per_s", 0.8),
+    ("32 threads, uncontended", "uncontended", "32 tasks", "pairs_per_s", 0.0),
+    ("16 threads on one lock", "contended", "N=16", "owner_changes_per_s", 1.0),
+    ("4 processes x 8 on one lock", "contended", "4x8", "owner_changes_per_s", 1.0),
+)
+#: aiolock's side: the async Lock (tasks) and the sync client (threads, as Redisson's).
+_AIOLOCK_SIDES = ("aiolock", "aiolock-sync")
+
+
+def redisson_ratios(runs: Sequence[Row]) -> dict[str, dict[str, dict[str, Any]]]:
+    """``{case label: {aiolock key: spread of the per-repetition ratio}}`` of aiolock's
+    figure over Redisson's in the same repetition (empty where Redisson has none)."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for label, case, variant, metric, _ in REDISSON_CASES:
+        theirs = _per_rep(runs, case, variant, "redisson", metric)
+        if not theirs:
+            continue
+        out[label] = {}
+        for side in _AIOLOCK_SIDES:
+            mine = _per_rep(runs, case, variant, side, metric)
+            values = [mine[r] / theirs[r] for r in mine if theirs.get(r)]
+            if values:
+                out[label][side] = _spread(values)
+    return out
+
+
+def redisson_markdown(result: Mapping[str, Any]) -> list[str]:
+    """The Redisson section: aiolock against Redisson (Java) case by case, with each side's
+    server commands and round trips per acquisition; one line where Redisson could not run,
+    nothing where it was not selected."""
+    impls: Mapping[str, Mapping[str, str]] = result["impls"]
+    if "redisson" not in impls:
+        return []
+    out = ["", "## Redisson (Java) as a peer", ""]
+    status = impls["redisson"].get("status")
+    if status:
+        return [*out, f"Redisson (Java): not measured here: {status}", ""]
+    rows: Sequence[Row] = result["summary"]
+    per_rep = redisson_ratios(result.get("runs", []))
+
+    def spread(value: Mapping[str, Any] | None) -> str:
+        if not value or value.get("median") is None:
+            return "-"
+        text = f"{value['median']:.2f}"
+        return text if value["reps"] < 2 else f"{text} ({value['min']:.2f}-{value['max']:.2f})"
+
+    def pair(case: str, variant: str, metric: str, digits: int) -> str:
+        cells = []
+        for impl in ("aiolock", "redisson"):
+            row = _find(rows, case, variant, impl)
+            ok = row is not None and row.get("status") == "ok"
+            cells.append(_num(row.get(metric), digits) if ok and row else "-")
+        return " / ".join(cells)
+
+    def ms_pair(case: str, variant: str) -> str:
+        if case != "contended":
+            return "-"
+        cells = []
+        for impl in ("aiolock", "redisson"):
+            row = _find(rows, case, variant, impl) or {}
+            cells.append("/".join(_ms(row.get(k)) for k in ("handoff_p50_ms", "handoff_p99_ms")))
+        return " against ".join(cells)
+
+    header = ["case", "aiolock Lock", "Redisson", "aiolock ÷ Redisson", "goal",
+              "aiolock.sync ÷ Redisson", "server cmds/acq (aiolock / Redisson)",
+              "round trips/acq (aiolock / Redisson)", "client CPU µs/acq (aiolock / Redisson)",
+              "hand-off p50/p99 ms (aiolock against Redisson)"]  # fmt: skip
+    lines = []
+    for label, case, variant, metric, goal in REDISSON_CASES:
+        theirs = _find(rows, case, variant, "redisson")
+        if theirs is None:
+            continue
+        unit = "pairs/s" if metric == "pairs_per_s" else "owner changes/s"
+        ratio = per_rep.get(label, {})
+        met = ""
+        if goal and (median := (ratio.get("aiolock") or {}).get("median")) is not None:
+            met = " met" if median >= goal else " **missed**"
+        lines.append(
+            [
+                label,
+                f"{pair(case, variant, metric, 0).split(' / ')[0]} {unit}",
+                str(theirs.get("status"))
+                if theirs.get("status") != "ok"
+                else f"{_num(theirs.get(metric))} {unit}",
+                spread(ratio.get("aiolock")),
+                (f">= {goal:g}" if goal else "(reported)") + met,
+                spread(ratio.get("aiolock-sync")),
+                pair(case, variant, "server_cmds_per_op", 2),
+                pair(case, variant, "round_trips_per_op", 2),
+                pair(case, variant, "client_cpu_us_per_op", 0),
+                ms_pair(case, variant),
+            ]
+        )
+    out += [
+        f"{impls['redisson'].get('note', '')}. Measured in the same rounds as the Python "
+        "peers; a ratio is taken per repetition between figures of the same round (median, "
+        "min-max). Redisson's round trips are the requests its connections wrote (a batch "
+        "counts once), its server commands the same INFO commandstats deltas as the others'; "
+        "its client CPU is the JVMs' whole process CPU in the window (Netty's and Redisson's "
+        "threads, the JIT, the GC).",
+        "",
+        *_table(header, lines),
+        "",
+    ]
+    return out
 
 
 def _pinned(pinned: Mapping[str, Any] | None) -> str:
@@ -419,6 +551,14 @@ _TARGETS: tuple[tuple[str, str, str, str, str, str | None, bool, float], ...] = 
      "pairs_per_s", "aiolock-sync", "redis-py-sync", True, 0.0),
     ("sync: N=16 acquisitions/s ÷ redis-py Lock, 16 threads", "contended", "N=16",
      "acq_per_s", "aiolock-sync", "redis-py-sync", True, 0.0),
+    ("Redisson: uncontended pairs/s ÷ Redisson (Java), 1 task against 1 thread",
+     "uncontended", "1 task", "pairs_per_s", "aiolock", "redisson", True, 0.8),
+    ("Redisson: uncontended pairs/s ÷ Redisson (Java), 32 tasks against 32 threads",
+     "uncontended", "32 tasks", "pairs_per_s", "aiolock", "redisson", True, 0.0),
+    ("Redisson: N=16 owner changes/s ÷ Redisson (Java), 16 threads", "contended", "N=16",
+     "owner_changes_per_s", "aiolock", "redisson", True, 1.0),
+    ("Redisson: 4x8 owner changes/s ÷ Redisson (Java), 4 JVMs x 8 threads", "contended",
+     "4x8", "owner_changes_per_s", "aiolock", "redisson", True, 1.0),
 )  # fmt: skip
 
 

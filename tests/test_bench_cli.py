@@ -114,3 +114,93 @@ def test_no_headline_without_its_cases() -> None:
 
     result = {"summary": [], "impls": {}, "meta": {"mode": "full", "duration_s": 0.6, "reps": 4}}
     assert headline(result) == ""
+
+
+# --------------------------------------------------------------------------- Redisson: Java
+
+
+def test_redisson_is_a_peer_of_the_quick_and_the_full_run_in_its_four_cases(
+    bench: ModuleType,
+) -> None:
+    assert "redisson" in bench._parse([]).impls
+    assert "redisson" in bench._parse(["--full"]).impls
+    java = bench.ADAPTERS["redisson"]
+    ran = {(s.case, s.variant) for s in bench.SCENARIOS if bench.applies(java, s)}
+    assert ran == {
+        ("uncontended", "1 task"),
+        ("uncontended", "32 tasks"),
+        ("contended", "N=16"),
+        ("contended", "4x8"),
+    }
+    # The Python peers keep every scenario of their cases.
+    assert bench.applies(bench.ADAPTERS["aiolock"], bench.SCENARIOS[2])  # N=2
+
+
+def test_without_java_redisson_cannot_run_and_says_why(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    from benchmarks import _redisson  # noqa: PLC0415
+
+    monkeypatch.setenv("PATH", str(tmp_path))  # an empty folder: no java, no mvn
+    reason = _redisson.reason()
+    assert reason is not None
+    assert reason.startswith("cannot run: no java on PATH")
+    monkeypatch.setattr(_redisson, "PROJECT", tmp_path / "nowhere")  # an sdist: no sources
+    assert "no interop/redisson sources" in str(_redisson.reason())
+
+
+def test_redisson_that_cannot_run_has_no_rows(bench: ModuleType) -> None:
+    args = bench._parse(["--impl", "redisson"])
+    impls = {"redisson": {"label": "Redisson", "mode": "thread", "note": "", "status": "no JDK"}}
+    # No measurement is started (no server at this address): the rows are left out.
+    assert bench._run_cases(args, "redis://127.0.0.1:1/0", impls, "x") == []
+
+
+def _with_redisson(status: str | None = None) -> dict[str, Any]:
+    rows = [
+        _row("uncontended", "1 task", "aiolock", pairs_per_s=6000, round_trips_per_op=2.0),
+        _row("uncontended", "1 task", "redisson", pairs_per_s=4000, round_trips_per_op=3.0),
+        _row("contended", "N=16", "aiolock", owner_changes_per_s=3000, server_cmds_per_op=8.5),
+        _row("contended", "N=16", "redisson", owner_changes_per_s=1000, server_cmds_per_op=18.0),
+        _row("contended", "N=16", "ring", owner_changes_per_s=2500),
+    ]
+    if status:
+        rows = [r for r in rows if r["impl"] != "redisson"]
+    runs = [{**r, "rep": 0} for r in rows]
+    labels = {"aiolock": "aiolock Lock", "redisson": "Redisson RLock (Java)", "ring": "ring"}
+    impls = {k: {"label": v, "note": "", "status": None} for k, v in labels.items()}
+    impls["redisson"]["status"] = status
+    meta = {"mode": "quick", "duration_s": 0.3, "reps": 1}
+    return {"summary": rows, "runs": runs, "impls": impls, "meta": meta}
+
+
+@pytest.mark.usefixtures("bench")
+def test_the_report_gives_aiolock_over_redisson_with_each_sides_costs() -> None:
+    from benchmarks._report import headline, redisson_markdown  # noqa: PLC0415
+
+    result = _with_redisson()
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in redisson_markdown(result)}
+    one = lines["1 thread, uncontended"]
+    assert "| 1.50 | >= 0.8 met |" in one
+    assert "2.00 / 3.00" in one  # round trips per acquisition: aiolock / Redisson
+    sixteen = lines["16 threads on one lock"]
+    assert "| 3.00 | >= 1 met |" in sixteen
+    assert "8.50 / 18.00" in sixteen  # server commands per acquisition
+    assert "4 processes x 8 on one lock" not in lines  # not measured: no row
+    head = headline(result)
+    assert "÷ Redisson (Java)" in head
+    assert "3.00x (1,000/s)" in head
+    # Redisson is not the "best peer" (a Python one): it has its own column.
+    assert "Redisson RLock (Java): 1,000/s" not in head
+
+
+@pytest.mark.usefixtures("bench")
+def test_without_redisson_the_report_says_why_in_one_line() -> None:
+    from benchmarks._report import headline, redisson_markdown  # noqa: PLC0415
+
+    result = _with_redisson("cannot run: no java on PATH")
+    section = [line for line in redisson_markdown(result) if line and not line.startswith("#")]
+    assert section == ["Redisson (Java): not measured here: cannot run: no java on PATH"]
+    assert "Redisson" not in headline(result)
+    del result["impls"]["redisson"]  # not selected (--impl): nothing at all
+    assert redisson_markdown(result) == []

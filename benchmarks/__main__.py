@@ -3,8 +3,10 @@
 
 By default a quick run (about a minute of measuring on 2 cores): the headline cases only
 (uncontended 1 and 32 tasks, one lock at N = 2, 16, 64 and 4 processes x 8 tasks, the
-forced handoff) for aiolock's Lock, its sync client, the floor, the token ring and the
-Python peers, one round of 0.3 s each; it ends with the headline table. (The 4x8 case
+forced handoff) for aiolock's Lock, its sync client, the floor, the token ring, the
+Python peers and Redisson (the Java client, where a JDK is present: 1 and 32 threads
+uncontended, 16 threads and 4 JVMs x 8 on one lock), one round of 0.3 s each; it ends with
+the headline table. (The 4x8 case
 starts four processes per implementation: on a loaded machine it takes half the run.)
 ``--full`` runs every case and lock (read-write, scale, the fair lock's curve, the cluster,
 the synchronizers) in four repetitions of 0.6 s: the committed results and the docs'

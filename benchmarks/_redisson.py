@@ -125,6 +125,7 @@ def _build(release: str) -> None:
     if mvn is None:
         raise JvmUnavailable("cannot run: no mvn on PATH (Maven builds interop/redisson)")
     command = [mvn, "-q", "-B", "package", f"-Dredisson.version={release}"]
+    print(f"Redisson: building interop/redisson against Redisson {release} (Maven)", flush=True)
     # Offline first (Maven's cache has it after one run); online if something lacks.
     done = subprocess.run(
         [*command, "-o"], cwd=PROJECT, capture_output=True, text=True, check=False

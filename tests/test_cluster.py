@@ -22,7 +22,7 @@ import aiolock
 from aiolock._net.cluster import Cluster
 from aiolock._net.transport import CommandTransport
 
-from . import clusters
+from . import clusters, inside
 from .clusters import names_on_every_primary, node_redis
 from .helpers import forced_term_ends_on_its_message, wait_until
 from .topologies import ClusterHandle, redis_cluster
@@ -123,7 +123,7 @@ async def test_semaphore_and_latch_waiters_on_every_primary(
         asyncio.create_task(waiting.permit_expirable_semaphore(n).try_acquire(wait=LIMIT))
         for n in permits
     ]
-    await wait_until(lambda: waiting._waiting.total() == len(tasks) + len(taking))
+    await wait_until(lambda: inside.waiting_room(waiting).total() == len(tasks) + len(taking))
     await assert_one_subscriber_per_primary(cluster)
     for sem, latch, psem, permit in zip(semaphores, latches, permits, given, strict=True):
         await giver.semaphore(sem).release()
@@ -173,9 +173,13 @@ async def test_renewal_is_one_call_per_slot(
     names = [f"test:{uid}:{index}" for index in range(300)]
     for name in names:
         await client.lock(name, owner="o").lock()
-    rounds = client._renewal.rounds
-    await wait_until(lambda: client._renewal.rounds >= rounds + 3, limit=LIMIT, what="renewals")
-    assert client._renewal.last_round_calls == len({key_slot(name.encode()) for name in names})
+    rounds = inside.renewal(client).rounds
+    await wait_until(
+        lambda: inside.renewal(client).rounds >= rounds + 3, limit=LIMIT, what="renewals"
+    )
+    assert inside.renewal(client).last_round_calls == len(
+        {key_slot(name.encode()) for name in names}
+    )
     for name in names:
         assert await raw.pttl(name) > 0
         await client.lock(name, owner="o").unlock()
@@ -217,8 +221,10 @@ async def test_failover_keeps_holds_and_wakes_parked_waiters(
     old = cluster.node_for_key(name)
     new = await asyncio.to_thread(cluster.failover, old)
     assert cluster.node_for_key(name).port == new.port != old.port
-    rounds = holder._renewal.rounds
-    await wait_until(lambda: holder._renewal.rounds >= rounds + 2, limit=LIMIT, what="renewals")
+    rounds = inside.renewal(holder).rounds
+    await wait_until(
+        lambda: inside.renewal(holder).rounds >= rounds + 2, limit=LIMIT, what="renewals"
+    )
     assert await raw.hget(name, f"{holder.id}:owner:h") == "1"
     assert await raw.pttl(name) > 0
     await lock.unlock()
@@ -242,8 +248,10 @@ async def test_migration_of_a_held_locks_slot(
     target = next(node for node in cluster.primaries() if node.port != source.port)
     await asyncio.to_thread(cluster.migrate_slot, key_slot(name.encode()), target)
     assert cluster.node_for_key(name).port == target.port
-    rounds = holder._renewal.rounds
-    await wait_until(lambda: holder._renewal.rounds >= rounds + 2, limit=LIMIT, what="renewals")
+    rounds = inside.renewal(holder).rounds
+    await wait_until(
+        lambda: inside.renewal(holder).rounds >= rounds + 2, limit=LIMIT, what="renewals"
+    )
     assert await raw.hget(name, f"{holder.id}:owner:h") == "1"
     await lock.unlock()
     async with asyncio.timeout(LIMIT):
@@ -371,9 +379,9 @@ async def test_waiters_on_a_frozen_primary_follow_its_replica_by_polling(uid: st
 
             # Bounded, not hung: a poll each second, a frozen node skipped after 0.5 s.
             def routed_to_replica(client: aiolock.Client) -> bool:
-                topology = client._topology
+                topology = inside.topology(client)
                 assert isinstance(topology, Cluster)
-                node = topology._slots[topology.shard(name)]
+                node = inside.slots_of(topology)[topology.shard(name)]
                 return node is not None and node.address[1] == port
 
             await wait_until(
@@ -415,7 +423,7 @@ async def test_latches_of_many_slots_go_in_one_round_trip_per_primary(
     client = make_client()
     async with client.lock(f"{uid}:warm"):  # the slot map read, a connection per primary
         pass
-    await client._latches.flush()
+    await inside.latches(client).flush()
     trips.clear()
     # Latches of unlocks on 300 names, all waiting for the sweeper's next batch (added
     # with no await in between, so that one flush takes them all).
@@ -424,8 +432,8 @@ async def test_latches_of_many_slots_go_in_one_round_trip_per_primary(
     for latch in latches:
         await raw.set(latch, 1, px=60_000)
     for latch in latches:
-        client._latches.add(latch)
-    await client._latches.flush()
+        inside.latches(client).add(latch)
+    await inside.latches(client).flush()
     assert [latch for latch in latches if await raw.exists(latch)] == []
     # An UNLINK per slot (a cluster's multi-key command stays in one slot), and each
     # primary's UNLINKs in one round trip (up to 100 a pipeline).

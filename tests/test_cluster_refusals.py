@@ -16,7 +16,7 @@ import pytest
 from redis.crc import key_slot
 from redis.exceptions import TryAgainError
 
-from . import clusters
+from . import clusters, inside
 from .helpers import wait_until
 from .topologies import ClusterHandle
 
@@ -78,7 +78,7 @@ async def test_a_slot_migration_is_ridden_out_and_a_refused_unlock_completes(
             await b.lock(other).try_lock(wait=0)
         with pytest.raises(TryAgainError):
             await lock.unlock()
-        assert len(a._renewal) == 0, "the hold whose unlock was refused is still renewed"
+        assert len(inside.renewal(a)) == 0, "the hold whose unlock was refused is still renewed"
         before = await asyncio.to_thread(tryagains, cluster)
         no_deadline = asyncio.create_task(b.lock(other, owner="x").lock())
         with_wait = asyncio.create_task(b.lock(other, owner="y").try_lock(wait=LIMIT))

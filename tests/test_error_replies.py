@@ -29,6 +29,7 @@ from redis.exceptions import RedisError
 import aiolock
 from aiolock._net.resp import error_reply
 
+from . import inside
 from .conftest import ClientFactory, full_sweep
 from .faultproxy import REFUSALS, FaultProxy, Match, Words, script
 from .helpers import FAST, quiesce, wait_until
@@ -101,7 +102,7 @@ async def _agree(client: aiolock.Client, raw: Redis, name: str, holder: str) -> 
     on_server = int(await raw.hget(name, field) or 0)
     if believed:
         assert on_server == believed, f"the client believes {believed}, Redis has {on_server}"
-        assert len(client._renewal) > 0, "a hold the client believes in is not renewed"
+        assert len(inside.renewal(client)) > 0, "a hold the client believes in is not renewed"
     elif on_server:
         assert await raw.pttl(name) > 0, "a hold nobody tracks has no expiry"
     return believed
@@ -180,7 +181,7 @@ async def test_release_refused_past_the_retries_is_finished_in_the_background(
     refuse = proxy.refuse(script("lock_release"), code, times=2 * (RETRIES + 1))
     with pytest.raises(_expected(code)):
         await lock.unlock()
-    assert len(refused_client._renewal) == 0, "the hold is still renewed"
+    assert len(inside.renewal(refused_client)) == 0, "the hold is still renewed"
     await quiesce(refused_client)
     assert refuse.count == 2 * (RETRIES + 1)
     assert await _agree(refused_client, raw, name, "o") == 0
@@ -211,7 +212,7 @@ async def test_release_refused_for_good_is_reported_and_its_lease_ends(
         ):
             with pytest.raises(_expected(code)):
                 await lock.unlock()
-            assert len(client._renewal) == 0, "the hold is still renewed"
+            assert len(inside.renewal(client)) == 0, "the hold is still renewed"
             await quiesce(client)
             assert lock.statistics().hold_count == 0
             await wait_until(lambda: _raw_gone(raw, name), what="the lease ended", limit=LIMIT)
@@ -239,7 +240,7 @@ async def test_cancelled_release_whose_resend_is_refused(
         unlock.cancel()
         with pytest.raises(asyncio.CancelledError):
             await unlock
-        await wait_until(lambda: len(refused_client._renewal) == 0, what="renewal stopped")
+        await wait_until(lambda: len(inside.renewal(refused_client)) == 0, what="renewal stopped")
         await wait_until(lambda: refuse.count > RETRIES + 2, what="resent in the background")
     await quiesce(refused_client)
     assert await _agree(refused_client, raw, name, "o") == 0
@@ -286,8 +287,10 @@ async def test_renewal_refused_keeps_the_hold(
         with caplog.at_level(logging.WARNING, logger="aiolock"):
             refuse = proxy.refuse(script("lock_renew"), code, times=RETRIES + 1)
             await wait_until(lambda: not refuse.active, what="a renewal round refused")
-            rounds = client._renewal.rounds
-            await wait_until(lambda: client._renewal.rounds >= rounds + 2, what="2 more rounds")
+            rounds = inside.renewal(client).rounds
+            await wait_until(
+                lambda: inside.renewal(client).rounds >= rounds + 2, what="2 more rounds"
+            )
         assert "was lost" not in caplog.text
         assert await _agree(client, raw, name, "o") == 1
         await lock.unlock()

@@ -17,6 +17,7 @@ from redis.asyncio import Redis
 import aiolock
 from aiolock._net.scripts import load_script
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy
 from .helpers import cancel_at, quiesce, wait_until
@@ -178,7 +179,7 @@ async def test_rollback_before_late_acquire_voids_it(
 ) -> None:
     """A rollback that reaches the server before its acquire (a first hold, the lock free):
     the acquire takes nothing and queues nothing, on either side."""
-    run = client._runner.run
+    run = inside.runner(client).run
     for side in ("r", "w"):
         field = f"{side}:{client.id}:late"
         frw = _script_keys(name, f"late-{side}")
@@ -198,7 +199,7 @@ async def test_a_free_lock_goes_to_the_queued_writer_first(
     seconds, _ = await raw.time()
     await raw.rpush(k["queue"], "w:head")
     await raw.zadd(k["deadlines"], {"w:head": seconds * 1000 + 60_000})
-    run = client._runner.run
+    run = inside.runner(client).run
     for side in ("r", "w"):
         field = f"{side}:{client.id}:new"
         reply = await run(load_script("frw_acquire"), _script_keys(name, side), _first_hold(field))

@@ -16,6 +16,7 @@ import pytest
 import aiolock
 from aiolock.testing import start_local_server
 
+from . import inside
 from .clusters import names_on_every_primary
 from .freezing import frozen
 from .helpers import quiesce, wait_until
@@ -49,7 +50,7 @@ async def test_a_frozen_primary_delays_only_its_own_holds_renewal(uid: str) -> N
                 await lock.lock()
             for n in healthy:  # the rival knows every primary before the freeze
                 assert not await rival.lock(n).try_lock()
-            renewal = holder._renewal
+            renewal = inside.renewal(holder)
             with frozen(victim.pid):
                 rounds = renewal.rounds
                 # The renewal goes on every period for the primaries that answer.

@@ -24,8 +24,8 @@ from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock._net import wire as _wire
 
+from . import inside
 from .faultproxy import FaultProxy
 from .helpers import subscriptions_confirmed, wait_until
 
@@ -329,7 +329,7 @@ async def test_a_forked_child_is_refused_every_call(
         wrong = await _refusals(made)
         # Below the calls: the inherited command connection is never written either.
         try:
-            await client._transport.call(b"*1\r\n$4\r\nPING\r\n")
+            await inside.transport(client).call(b"*1\r\n$4\r\nPING\r\n")
             wrong["transport.call"] = "returned"
         except RuntimeError as exc:
             if "forked" not in str(exc):
@@ -341,8 +341,9 @@ async def test_a_forked_child_is_refused_every_call(
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             client.__del__()
-            for wire in list(_wire._open_wires):
-                collect = getattr(wire._conn, "__del__", None)  # redis-py 5.1 on has one
+            for wire in inside.open_wires():
+                # redis-py 5.1 on has one
+                collect = getattr(inside.connection_of(wire), "__del__", None)
                 if collect is not None:
                     collect()
         if caught:

@@ -33,6 +33,7 @@ import aiolock
 from aiolock._config import MAX_COUNT, MAX_MS, MAX_SECONDS
 from aiolock._net.scripts import load_script
 
+from . import inside
 from .conftest import CLOSED_PORT_URL
 
 LIMIT = 10.0
@@ -146,7 +147,7 @@ def test_a_lease_is_refused_or_honoured(redis_url: str, kind: str, lease: Any, w
                     continue  # Redisson's counter: never given an expiry (issue 21, s03)
                 ttl = await raw.pttl(key)
                 assert ttl != -1, f"{key} has no expiry"
-                assert ttl <= max(lease_ms, client._settings.latch_ttl_ms) + 1, (key, ttl)
+                assert ttl <= max(lease_ms, inside.settings(client).latch_ttl_ms) + 1, (key, ttl)
             try:
                 async with asyncio.timeout(LIMIT):
                     await lock.unlock()
@@ -226,7 +227,7 @@ def test_a_time_option_is_refused_or_kept_whole(option: str, value: Any) -> None
     if refusal is not None:
         assert option in str(refusal) or "lower" in str(refusal), refusal
         return
-    s = client._settings
+    s = inside.settings(client)
     for ms in (s.lease_ms, s.latch_ttl_ms, s.resend_window_ms, s.fair_wait_ms):
         assert 1 <= ms <= MAX_MS
     if option == "watchdog_timeout":

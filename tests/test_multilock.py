@@ -20,6 +20,7 @@ import aiolock._objects.members as aiolock_members
 from aiolock._net.scripts import load_script
 from aiolock.testing import LocalServer, start_local_server
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, script
 from .helpers import FAST, Gate, cancel_at, gated_redis, quiesce, wait_until
@@ -138,7 +139,7 @@ async def test_a_cancelled_acquire_gives_back_what_it_took(
             await unlocking
         await quiesce(mine)
         held = await raw.exists(*names)
-        believed = sum(bool(m.statistics().hold_count) for m in composite._members)
+        believed = sum(bool(m.statistics().hold_count) for m in inside.members_of(composite))
         assert held == believed, f"k={k}: {held} member(s) held, {believed} believed"
         if taken:
             assert held >= (3 if kind is aiolock.MultiLock else 2), f"k={k}"

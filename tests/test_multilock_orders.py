@@ -18,6 +18,8 @@ import pytest
 import aiolock
 from aiolock.testing import LocalServer, start_local_server
 
+from . import inside
+
 # Each scenario ends in well under a second when nothing deadlocks; a deadlock never ends.
 LIMIT = 20.0
 
@@ -57,12 +59,21 @@ async def test_the_order_ignores_how_the_members_are_listed(servers: list[LocalS
     twin = aiolock.Client.from_url(local)
     for kind in (aiolock.MultiLock, aiolock.RedLock):
         locks = [client.lock("x") for client in made]
-        first = [(m._key, m._engine.settings.server) for m in kind(*locks)._members]
+        first = [
+            (inside.key_of(m), inside.engine(m).settings.server)
+            for m in inside.members_of(kind(*locks))
+        ]
         for order in ([3, 2, 1, 0], [1, 3, 0, 2], [2, 0, 3, 1]):
             listed = kind(*(locks[i] for i in order))
-            assert [(m._key, m._engine.settings.server) for m in listed._members] == first
+            assert [
+                (inside.key_of(m), inside.engine(m).settings.server)
+                for m in inside.members_of(listed)
+            ] == first
     # One process naming the first server "localhost", another "127.0.0.1": one order.
-    assert made[0].lock("x")._engine.settings.server == twin.lock("x")._engine.settings.server
+    assert (
+        inside.engine(made[0].lock("x")).settings.server
+        == inside.engine(twin.lock("x")).settings.server
+    )
     for client in (*made, twin):
         await client.aclose()
 

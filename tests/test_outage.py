@@ -19,6 +19,7 @@ import aiolock
 from aiolock._net.scripts import load_script
 from aiolock.testing import LocalServer, start_local_server
 
+from . import inside
 from .helpers import gated_redis, wait_until
 
 
@@ -56,11 +57,11 @@ async def test_unlock_without_answer_is_finished_once_the_server_is_back(
         await asyncio.to_thread(server.stop)
         with pytest.raises(RedisConnectionError):
             await lock.unlock()
-        assert len(client._renewal) == 0, "a hold being released must not be renewed"
+        assert len(inside.renewal(client)) == 0, "a hold being released must not be renewed"
         await asyncio.to_thread(server.start)
         await raw.connection_pool.disconnect()  # its connections died with the server
         await wait_until(lambda: _absent(raw, "outage"), what="the release landed")
-        await wait_until(lambda: not len(client._order), what="the bookkeeping followed")
+        await wait_until(lambda: not len(inside.ordering(client)), what="the bookkeeping followed")
         assert not lock.statistics().held_by_current_task
         # The name is free for everyone, this task included, with a count of one.
         await lock.lock()

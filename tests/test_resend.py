@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 import aiolock
 from aiolock._keys import fair_queue_key, fair_timeout_key
 
+from . import inside
 from .conftest import ClientFactory
 from .faultproxy import FaultProxy, command, script
 from .helpers import quiesce, wait_until
@@ -190,8 +191,10 @@ async def test_renewal_whose_reply_was_lost_keeps_the_lease(
         drop = proxy.drop_reply(script(f"{scripts}_renew"), then="close")
         with caplog.at_level(logging.WARNING, logger="aiolock"):
             await asyncio.wait_for(drop.executed.wait(), LIMIT)
-            rounds = client._renewal.rounds
-            await wait_until(lambda: client._renewal.rounds >= rounds + 3, what="3 more rounds")
+            rounds = inside.renewal(client).rounds
+            await wait_until(
+                lambda: inside.renewal(client).rounds >= rounds + 3, what="3 more rounds"
+            )
         assert "could not renew" in caplog.text
         assert "was lost" not in caplog.text
         assert await raw.hget(*state(client, name)) == "1"
@@ -306,7 +309,7 @@ async def test_write_hand_over_whose_reply_was_lost_hands_over_once(
     task = asyncio.create_task(writer())
     channel = f"redisson_rwlock:{{{name}}}"
     await wait_until(
-        lambda: any(w.parked is not None for w in proxied._waiting.waiters(channel)),
+        lambda: any(w.parked is not None for w in inside.waiting_room(proxied).waiters(channel)),
         what="the writer parked",
     )
     published = await _publishes(raw)
@@ -342,7 +345,7 @@ async def test_latch_unlink_refused_in_the_sweepers_pipeline_is_sent_again(
     lock = proxied.lock(name, owner="o")
     await lock.lock()
     await lock.unlock()
-    await proxied._latches.flush()
+    await inside.latches(proxied).flush()
     assert refuse.count == 1
     assert [k async for k in raw.scan_iter(match=f"redisson_unlock_latch:{{{name}}}:*")] == []
 
@@ -357,7 +360,7 @@ async def test_latch_unlinks_whose_connection_closed_before_the_reply_are_sent_a
     lock = proxied.lock(name, owner="o")
     await lock.lock()
     await lock.unlock()
-    await proxied._latches.flush()
+    await inside.latches(proxied).flush()
     assert drop.executed.is_set()
     assert seen.count == 2  # the pipeline's, then its resend
     assert [k async for k in raw.scan_iter(match=f"redisson_unlock_latch:{{{name}}}:*")] == []

@@ -19,6 +19,7 @@ import aiolock
 from aiolock._keys import fair_queue_key, rwlock_timeout_prefix
 from aiolock._net.scripts import load_script
 
+from . import inside
 from .conftest import ClientFactory
 from .helpers import Gate, gated_redis, quiesce, wait_until
 
@@ -106,8 +107,8 @@ async def test_5_unlock_cancelled_behind_a_cut_off_call_still_releases(
     gate.release.set()
     await quiesce(client)
     assert await raw.exists(name) == 0
-    assert len(client._holds) == 0
-    assert len(client._renewal) == 0
+    assert len(inside.holds(client)) == 0
+    assert len(inside.renewal(client)) == 0
 
 
 async def test_6_a_fair_waiter_keeps_its_new_place_after_an_earlier_give_up(
@@ -152,7 +153,7 @@ async def test_7_read_renewal_reports_a_read_hold_whose_timeout_key_ran_out(
     # The reader's hold dies (its lease ran out during a pause, say); its field remains.
     await raw.delete(f"{rwlock_timeout_prefix(name, f'{client.id}:owner:r')}:1")
     with caplog.at_level(logging.WARNING, logger="aiolock"):
-        assert await client._renewal.renew_once()
+        assert await inside.renewal(client).renew_once()
     assert "was lost" in caplog.text
     with pytest.raises(aiolock.LockLostError):
         await reader.unlock()
@@ -261,7 +262,7 @@ def test_11_no_asyncio_loop_gets_a_clear_error(client: aiolock.Client, name: str
 
 async def test_unlock_latch_outlives_the_resends_of_its_call(client: aiolock.Client) -> None:
     """Defect 4's rule: every latch and tombstone outlives every resend of its call."""
-    options, settings = client._options, client._settings
+    options, settings = inside.options(client), inside.settings(client)
     assert settings.resend_window_ms <= round(options.watchdog_timeout * 1000)
     # redis-py 8's default connection: 5 s socket and connect timeouts.
     one_send = 5 + 2 * 5
@@ -314,7 +315,7 @@ async def test_1_acquire_whose_cancel_was_swallowed_raises_and_holds_nothing(
     assert not entered
     await quiesce(client)
     assert await raw.exists(name) == 0
-    assert len(client._holds) == 0
+    assert len(inside.holds(client)) == 0
 
 
 async def test_1_timeout_around_an_acquire_whose_cancel_was_swallowed(

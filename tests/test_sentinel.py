@@ -19,6 +19,7 @@ from redis.asyncio.sentinel import Sentinel
 
 import aiolock
 
+from . import inside
 from .faultproxy import FaultProxy
 from .freezing import frozen
 from .helpers import forced_term_ends_on_its_message, wait_until
@@ -149,10 +150,8 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
 
     tasks = [asyncio.create_task(wait_for(waiting, index)) for index in range(3)]
     await wait_until(lambda: waiting.lock(name).statistics().tasks_waiting == 3)
-    assert holder._sentinel is not None
-    assert waiting._sentinel is not None
-    await wait_until(holder._sentinel.listening.is_set, what="watching")
-    await wait_until(waiting._sentinel.listening.is_set, what="watching")
+    await wait_until(inside.sentinel(holder).listening.is_set, what="watching")
+    await wait_until(inside.sentinel(waiting).listening.is_set, what="watching")
     async with _sentinels_without_events(group, f"aiolock-{name}") as (proxied, refused, proxy):
         deaf, denied = make_client(via=proxied), make_client(via=refused)
         tasks += [asyncio.create_task(wait_for(deaf, "deaf"))]
@@ -164,9 +163,7 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
                 == 1
             )
         )
-        assert deaf._sentinel is not None
-        assert denied._sentinel is not None
-        await wait_until(deaf._sentinel.listening.is_set, what="watching")
+        await wait_until(inside.sentinel(deaf).listening.is_set, what="watching")
         await wait_until(
             lambda: any("refused the +switch-master" in r.getMessage() for r in caplog.records),
             what="the refusal logged",
@@ -174,7 +171,7 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
         refusal = next(r for r in caplog.records if "refused the +switch" in r.getMessage())
         assert refusal.levelno == logging.WARNING
         assert any(f":{node.port} " in refusal.getMessage() for node in group.sentinels)
-        assert not denied._sentinel.listening.is_set()
+        assert not inside.sentinel(denied).listening.is_set()
         hole = proxy.blackhole_pubsub()
         new = await asyncio.to_thread(group.failover)
         # Bounded, not hung: a poll each second, each sentinel bounded by 0.5 s (before
@@ -182,22 +179,25 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
         switched = time.monotonic()
         await wait_until(
             lambda: all(
-                client._connected_to() == [f"127.0.0.1:{new.port}"] * 2 for client in (deaf, denied)
+                inside.connected_to(client) == [f"127.0.0.1:{new.port}"] * 2
+                for client in (deaf, denied)
             ),
             limit=5.0,
             what="both connections of the clients that missed the event on the new primary",
         )
         assert time.monotonic() - switched < 5.0
-        assert deaf._sentinel.switches == deaf._sentinel.polled_switches == 1
-        assert denied._sentinel.switches == denied._sentinel.polled_switches == 1
+        assert inside.sentinel(deaf).switches == inside.sentinel(deaf).polled_switches == 1
+        assert inside.sentinel(denied).switches == inside.sentinel(denied).polled_switches == 1
         hole.remove()
         await wait_until(
-            lambda: holder._sentinel.switches == waiting._sentinel.switches == 1,
+            lambda: inside.sentinel(holder).switches == inside.sentinel(waiting).switches == 1,
             limit=LIMIT,
             what="both clients heard the switch",
         )
-        rounds = holder._renewal.rounds
-        await wait_until(lambda: holder._renewal.rounds >= rounds + 2, limit=LIMIT, what="renewals")
+        rounds = inside.renewal(holder).rounds
+        await wait_until(
+            lambda: inside.renewal(holder).rounds >= rounds + 2, limit=LIMIT, what="renewals"
+        )
         async with Redis(host="127.0.0.1", port=new.port, decode_responses=True) as primary:
             assert await primary.hget(name, f"{holder.id}:owner:h") == "1"
             assert await primary.pttl(name) > 0
@@ -206,8 +206,9 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
             await asyncio.gather(*tasks)
         await deaf.aclose()
     assert sorted(served, key=str) == [0, 1, 2, "deaf", "denied"]
-    assert holder._transport._wire is not None
-    assert holder._transport._wire.peer.endswith(f":{new.port}")
+    wire = inside.wire_of(inside.transport(holder))
+    assert wire is not None
+    assert wire.peer.endswith(f":{new.port}")
 
 
 async def test_cli_through_sentinel_exits_promptly(
@@ -259,7 +260,7 @@ async def test_a_paused_sentinel_costs_the_calls_nothing(
         async with asyncio.timeout(LIMIT):
             fresh = make_client()
             assert not await fresh.lock(name).try_lock(wait=0)
-            old._transport.reset(ConnectionError("test: dropped"))
+            inside.transport(old).reset(ConnectionError("test: dropped"))
             assert not await old.lock(name).try_lock(wait=0)
             waiter = asyncio.create_task(_hold_once_unbounded(fresh.lock(name)))
             await wait_until(lambda: fresh.lock(name).statistics().tasks_waiting == 1)

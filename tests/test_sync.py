@@ -22,6 +22,7 @@ import aiolock
 import aiolock.sync
 from aiolock._keys import lock_channel
 
+from . import inside
 from .helpers import wait_until as until
 from .test_lock import JAVA_ACQUIRE, JAVA_UNLOCK
 
@@ -380,7 +381,7 @@ def test_a_release_hands_the_lock_to_a_waiting_thread(
             return int(stats.get("cmdstat_publish", {}).get("calls", 0))
 
         # Parked in its wait (its attempt answered), not only registered.
-        waiting = sync_client._rt.async_client._waiting
+        waiting = inside.waiting_room(inside.runtime(sync_client).async_client)
         wait_until(
             lambda: any(w.parked is not None for w in waiting.waiters(lock_channel(name))),
             "the thread is parked",
@@ -472,7 +473,7 @@ def test_a_call_interrupted_at_once_ends_cancelled(
 ) -> None:
     """An interruption racing the call's start (here about 1 in 5 had begun) always ends
     it, cancelled, before interrupt() returns; a body that never began is not warned about."""
-    portal = sync_client._rt.portal()
+    portal = inside.runtime(sync_client).portal()
 
     async def body() -> None:
         await asyncio.sleep(LIMIT)

@@ -21,6 +21,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 import aiolock
 
+from . import inside
+
 _OPENSSL = shutil.which("openssl")
 pytestmark = pytest.mark.skipif(_OPENSSL is None, reason="needs openssl to make a certificate")
 
@@ -96,7 +98,7 @@ async def test_locks_and_wake_ups_over_tls(
             task = asyncio.create_task(waiter())
             await started.wait()
         assert await task  # woken through the pub/sub connection, over TLS too
-        transport_wire = client._transport._wire
+        transport_wire = inside.wire_of(inside.transport(client))
         assert transport_wire is not None
         assert transport_wire.direct == (wire == "direct")
 

@@ -3,7 +3,7 @@
 A primitive (``primitive.Primitive``) describes itself; the engine runs its scripts and
 carries every rule that makes a call correct, each path in the module named for it:
 
-* **acquire** (``acquire.py``, ``attempt.py``): attempt in the holder's turn (``ordering``),
+* **acquire** (``acquire.py``): attempt in the holder's turn (``ordering``),
   from the count this client believes the holder has; wait subscribed, registered before
   each attempt, bounded by the lease seen; undo in the background what a cut-off attempt
   may have taken;
@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .acquire import Acquirer
-from .attempt import Attempts
+from .acquire import Acquirer, Attempts
 from .closing import Closing
 from .commands import Commands
 from .core import Core

@@ -117,6 +117,9 @@ def classpath(redisson_version: str | None = None) -> str:
         fresh = classpath_file.exists() and classpath_file.stat().st_mtime >= _newest_source()
         if not fresh:
             _build(release)
+            # Maven leaves an unchanged class path file as it was, older than the sources
+            # that made the build: marked as built from them, or every run would build.
+            classpath_file.touch()
     return f"{target / 'classes'}{os.pathsep}{classpath_file.read_text().strip()}"
 
 

@@ -23,6 +23,7 @@ from redis.asyncio.sentinel import Sentinel
 
 import aiolock
 
+from . import inside
 from .topologies import redis_cluster, redis_sentinel
 
 # Resends that span an election (2 s node timeout, then the vote).
@@ -92,12 +93,13 @@ async def sentinel_runs() -> list[tuple[float, int]]:
 
             async def fault() -> None:
                 # The fault ends once both clients heard the switch (printed).
-                assert holder._sentinel is not None
-                assert waiting._sentinel is not None
-                before = holder._sentinel.switches, waiting._sentinel.switches
+                before = inside.sentinel(holder).switches, inside.sentinel(waiting).switches
                 start = time.perf_counter()
                 await asyncio.to_thread(group.failover)
-                while (holder._sentinel.switches, waiting._sentinel.switches) <= before:
+                while (
+                    inside.sentinel(holder).switches,
+                    inside.sentinel(waiting).switches,
+                ) <= before:
                     await asyncio.sleep(0.005)
                 print("both clients switched after", round(time.perf_counter() - start, 3), "s")
 

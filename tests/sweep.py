@@ -56,6 +56,7 @@ import aiolock
 from aiolock._engine.guard import guarding_of
 from aiolock._keys import fair_queue_key, fair_timeout_key, prefixed
 
+from . import inside
 from .helpers import dispatchers_of, quiesce, wait_until
 
 __all__ = (
@@ -351,9 +352,9 @@ def parked(client: aiolock.Client, name: str, kind: Kind | None = None) -> bool:
     return any(
         name in channel_name
         and channel.confirmed.is_set()
-        and client._waiting.has_waiters(channel_name)
+        and inside.waiting_room(client).has_waiters(channel_name)
         for dispatcher in dispatchers_of(client)
-        for channel_name, channel in dispatcher._channels.items()
+        for channel_name, channel in inside.channels_of(dispatcher).items()
     )
 
 
@@ -365,9 +366,9 @@ def heir_parked(client: aiolock.Client, name: str) -> bool:
     """
     return any(
         waiter.parked is not None
-        for channel_name in client._pubsub.channels()
+        for channel_name in inside.pubsub(client).channels()
         if name in channel_name
-        for waiter in client._waiting.waiters(channel_name)
+        for waiter in inside.waiting_room(client).waiters(channel_name)
     )
 
 
@@ -920,7 +921,7 @@ class _Case:
             if probe.statistics().tasks_waiting:
                 self.fail(f"{side}'s client still counts a waiter")
         for side, client in (("holder", sweep.a), ("rival", sweep.b)):
-            refs = {ch: n for ch, n in client._pubsub.channels().items() if n}
+            refs = {ch: n for ch, n in inside.pubsub(client).channels().items() if n}
             mine = {ch: n for ch, n in refs.items() if name in ch}
             # A leader's term under way watches its lock's channel (Engine.watch_taken), as
             # does a guarded hold of a kind whose channel tells a force (Primitive.watched).

@@ -132,3 +132,56 @@ def test_the_renewal_names_no_lock_kind() -> None:
     assert not named, named
     for word in ("ReadPrimitive", "FairPrimitive", "permit", "rwlock", "fair_rw"):
         assert word not in source, word
+
+
+#: Test helpers' own private attributes that share a name with one tests/inside.py reads
+#: (file, attribute): a fault proxy's delay is held by its own ``_hold``; the redis-py
+#: connection the embedded-server fixture closes has its own ``_reader``.
+OWN_PRIVATES = frozenset({("faultproxy.py", "_hold"), ("conftest.py", "_reader")})
+
+
+def _read_inside() -> set[str]:
+    """The private attribute names tests/inside.py reads of aiolock's objects."""
+    tree = ast.parse((Path(__file__).parent / "inside.py").read_text("utf-8"))
+    return {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and node.attr.startswith("_")
+        and not node.attr.startswith("__")
+    }
+
+
+def _reaches_inside(tests: Path) -> list[str]:
+    """The lines of the test modules under ``tests`` that read aiolock's private attributes."""
+    names = _read_inside()
+    covered = re.compile(r"(?<![\w.])(\w+)(?:\[[^\]]*\]|\.\w+|\([^()]*\))*\.(_[a-z]\w*)\b")
+    a_client = re.compile(r"(?<![\w.])\w*client\w*(?:\[[^\]]*\])?\._[a-z]", re.IGNORECASE)
+    found = []
+    for path in sorted(tests.rglob("*.py")):
+        if path.name == "inside.py":
+            continue
+        for number, line in enumerate(path.read_text("utf-8").splitlines(), 1):
+            if re.match(r"\s*(from|import)\s", line):
+                continue
+            reads = {
+                match[2]
+                for match in covered.finditer(line)
+                if match[2] in names
+                # a test class's own attribute, or a module named in a string
+                and match[0] not in {f"self.{match[2]}", f"aiolock.{match[2]}"}
+            }
+            reads -= {attr for file, attr in OWN_PRIVATES if file == path.name}
+            if reads or a_client.search(line):
+                found.append(f"{path.relative_to(tests)}:{number}: {line.strip()}")
+    return found
+
+
+def test_tests_reach_internals_only_through_inside() -> None:
+    """Only tests/inside.py reads aiolock's private attributes (a client's, whatever the name).
+
+    The next move of an internal piece then changes one test module, not forty.
+    """
+    assert {"_renewal", "_waiting", "_engine", "_key", "_p"} <= _read_inside()
+    found = _reaches_inside(Path(__file__).parent)
+    assert not found, "read through tests/inside.py instead:\n" + "\n".join(found)

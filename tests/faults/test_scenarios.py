@@ -26,6 +26,7 @@ from redis.retry import Retry
 import aiolock
 from aiolock.testing import LocalServer
 
+from .. import inside
 from ..helpers import wait_until
 from .checker import Load, Result, run_checker, stopped
 
@@ -305,7 +306,7 @@ async def test_ten_thousand_locks_held(
         for start in range(0, count, 500):
             await asyncio.gather(*(lock.lock() for lock in locks[start : start + 500]))
         faults["locks held by one client"] = count
-        renewal = client._renewal
+        renewal = inside.renewal(client)
         calls, rounds = renewal.calls, renewal.rounds
         cpu, began = time.process_time(), time.monotonic()
         await stopped(stop, 4 * period)

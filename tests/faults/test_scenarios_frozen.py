@@ -31,6 +31,7 @@ from redis.asyncio import Redis
 import aiolock
 from aiolock.testing import LocalServer, start_local_server
 
+from .. import inside
 from ..clusters import names_on_every_primary
 from ..freezing import frozen
 from ..helpers import quiesce, wait_until
@@ -88,7 +89,7 @@ async def test_cluster_primary_frozen(
             assert not await rival.lock(n).try_lock()
         if await stopped(stop, 1.0):
             return
-        renewal = holder._renewal
+        renewal = inside.renewal(holder)
         rounds = renewal.rounds
         taken = 0
         with frozen(victim.pid):

@@ -39,6 +39,11 @@ from redis.retry import Retry
 
 import aiolock
 
+# Run as a script (by checker.py): the repository root on the path lets it import the
+# tests' one module that reads aiolock's internals.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests import inside
+
 Handle = (
     aiolock.Lock
     | aiolock.FairLock
@@ -186,7 +191,7 @@ class Worker:
                 for index in range(spec.get("exit_holding", 0))
             ]
             await asyncio.gather(*tasks, *orphans)
-            waiting = client._waiting.total()
+            waiting = inside.waiting_room(client).total()
         finally:
             await client.aclose()
             for redis in owned:
@@ -266,7 +271,7 @@ class Worker:
         called = time.monotonic()
         start = end = None
         how = "ok"
-        holder = handle._engine.holder(handle._owner)[0]
+        holder = inside.engine(handle).holder(inside.owner_of(handle))[0]
         try:
             async with asyncio.timeout(cancel_after):
                 async with _held(handle) as token:
@@ -326,7 +331,7 @@ class Worker:
         await handle.lock()
         now = time.monotonic()
         self.exits_holding += 1
-        holder = handle._engine.holder(handle._owner)[0]
+        holder = inside.engine(handle).holder(inside.owner_of(handle))[0]
         self.record(kind, name, holder, called=now, start=now, end=now, how="exited-holding")
 
 

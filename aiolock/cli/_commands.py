@@ -23,6 +23,7 @@ from rich.text import Text
 
 from .._client import Client
 from .._exceptions import LockError, LockLostError, LockNotOwnedError
+from .._net.resp import from_redis_py
 from ._connect import BadUrlError, connected
 from ._inspect import KINDS, NOT_LOCKS, Inspector, UnknownKindError
 from ._listing import Lister
@@ -83,13 +84,7 @@ def _run(body: Callable[[], Awaitable[int]]) -> int:
     except UnknownKindError as exc:
         raise Failure(f"unknown kind: {exc}", 2) from None
     except AskError as exc:
-        # MOVED / ASK (MovedError is an AskError): a cluster node the command was not told
-        # of (one that may not run INFO, which tells it otherwise).
-        raise Failure(
-            f"the server is a node of a Redis Cluster (it redirects to {exc.host}:{exc.port}): "
-            "pass --cluster",
-            2,
-        ) from None
+        raise _cluster_node(exc) from None
     except RedisClusterException as exc:
         if "not enabled" in str(exc):
             raise Failure(
@@ -97,9 +92,27 @@ def _run(body: Callable[[], Awaitable[int]]) -> int:
             ) from None
         raise Failure(_one_line(exc), 3) from None
     except (RedisError, OSError, LockError) as exc:
+        # Named by the reply's first word too: redis-py 5.0's plain client raises MOVED as a
+        # bare ResponseError("MOVED 7708 host:port"), where later ones raise MovedError.
+        named = from_redis_py(exc)
+        if isinstance(named, AskError):
+            raise _cluster_node(named) from None
         # LockError: aiolock's own refusals of a server (an ACL user missing a command the
         # scripts need), as one line like the server's.
         raise Failure(_one_line(exc), 3) from None
+
+
+def _cluster_node(exc: AskError) -> Failure:
+    """The failure of a redirect (MOVED or ASK: MovedError is an AskError).
+
+    The server is a cluster node the command was not told of (one whose user may not run
+    INFO, which tells it otherwise).
+    """
+    return Failure(
+        f"the server is a node of a Redis Cluster (it redirects to {exc.host}:{exc.port}): "
+        "pass --cluster",
+        2,
+    )
 
 
 def _one_line(exc: BaseException) -> str:

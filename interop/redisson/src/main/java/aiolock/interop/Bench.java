@@ -90,26 +90,22 @@ public final class Bench {
 
     @Override
     public void run() {
-      while (System.nanoTime() < warmUntil) {
-        warm.lock();
-        warm.unlock();
-      }
-      synchronized (gate) {
-        while (start == 0) {
-          try {
+      try {
+        while (System.nanoTime() < warmUntil) {
+          warm.lock();
+          warm.unlock();
+        }
+        synchronized (gate) {
+          while (start == 0) {
             gate.wait();
-          } catch (InterruptedException e) {
-            return;
           }
         }
-      }
-      long wait = start - System.nanoTime();
-      if (wait > 0) {
-        java.util.concurrent.locks.LockSupport.parkNanos(wait);
-      }
-      try {
+        long wait = start - System.nanoTime();
+        if (wait > 0) {
+          java.util.concurrent.locks.LockSupport.parkNanos(wait);
+        }
         loop();
-      } catch (RuntimeException e) {
+      } catch (RuntimeException | InterruptedException e) {
         error = e.getClass().getSimpleName() + ": " + e.getMessage();
       }
     }

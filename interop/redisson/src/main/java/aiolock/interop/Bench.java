@@ -15,6 +15,7 @@ import java.lang.management.ManagementFactory;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
+import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.atomic.AtomicLong;
 import org.redisson.Redisson;
 import org.redisson.api.RLock;
@@ -78,6 +79,7 @@ public final class Bench {
     long start;
     long deadline;
     final Object gate;
+    CountDownLatch warmed;
 
     Worker(int id, RLock lock, RLock warm, Object gate) {
       super("bench-" + id);
@@ -91,9 +93,13 @@ public final class Bench {
     @Override
     public void run() {
       try {
-        while (System.nanoTime() < warmUntil) {
-          warm.lock();
-          warm.unlock();
+        try {
+          while (System.nanoTime() < warmUntil) {
+            warm.lock();
+            warm.unlock();
+          }
+        } finally {
+          warmed.countDown();
         }
         synchronized (gate) {
           while (start == 0) {
@@ -202,6 +208,7 @@ public final class Bench {
       throws Exception {
     Object gate = new Object();
     List<Worker> workers = new ArrayList<>();
+    CountDownLatch warmed = new CountDownLatch(threads);
     long warmUntil = System.nanoTime() + warmupMs * 1_000_000L;
     for (int i = 0; i < threads; i++) {
       int id = offset + i;
@@ -211,14 +218,13 @@ public final class Bench {
       String warm = shared ? tag + ":warm:" + offset : tag + ":warm:" + id;
       Worker w = new Worker(id, redisson.getLock(name), redisson.getLock(warm), gate);
       w.warmUntil = warmUntil;
+      w.warmed = warmed;
       workers.add(w);
       w.start();
     }
-    // Ready once the warm-up is over (the threads then wait at the gate).
-    long left = warmUntil - System.nanoTime();
-    if (left > 0) {
-      Thread.sleep(left / 1_000_000L, (int) (left % 1_000_000L));
-    }
+    // Ready once every thread has finished its warm-up pairs (and waits at the gate): none
+    // of their commands may fall after the parent's first reading of the server's counters.
+    warmed.await();
     OUT.println("{\"ready\": true}");
     String line = in.readLine();
     if (line == null || !line.startsWith("go ")) {

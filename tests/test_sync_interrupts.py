@@ -519,10 +519,15 @@ lock.lock()
 
 
 @pytest.mark.parametrize("kind", ["fair", "fair_write"])
-def test_ctrl_c_then_exit_leaves_no_queue_entry(redis_url: str, name: str, kind: str) -> None:
+@pytest.mark.parametrize("wire", ["direct", "redis-py"])
+def test_ctrl_c_then_exit_leaves_no_queue_entry(
+    redis_url: str, name: str, kind: str, wire: str
+) -> None:
     """Ctrl-C of a script waiting on a fair lock, whose uncaught KeyboardInterrupt ends the
     process with its client never closed: no queue entry left (issue 37: the entry stayed,
-    and every other client's acquire waited behind it for about 330 s)."""
+    and every other client's acquire waited behind it for about 330 s), and the process
+    ends, on either wire (the fallback's reader task, opened as the Ctrl-C came, passed for
+    the undo of the call and held the exit for twice the undo's bound)."""
     with aiolock.sync.Client.from_url(redis_url) as holder:
         held = (
             holder.fair_lock(name)
@@ -530,7 +535,7 @@ def test_ctrl_c_then_exit_leaves_no_queue_entry(redis_url: str, name: str, kind:
             else holder.fair_read_write_lock(name).write_lock()
         )
         held.lock()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), AIOLOCK_WIRE=wire)
         with subprocess.Popen(
             [sys.executable, "-c", textwrap.dedent(_EXITING_CHILD), redis_url, kind, name],
             stdout=subprocess.PIPE,

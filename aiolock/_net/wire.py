@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import math
 import os
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Protocol
 
 import hiredis
@@ -238,14 +239,14 @@ class _RedisPyWire(Wire):
         self._pushes = pushes
         self._out: list[bytes] = []
         self._writer: asyncio.Task[None] | None = None
-        self._reader = asyncio.get_running_loop().create_task(self._read())
+        self._reader = _own_task(self._read())
 
     def write(self, data: bytes) -> None:
         if self.closed:
             return
         self._out.append(data)
         if self._writer is None:
-            self._writer = asyncio.get_running_loop().create_task(self._write())
+            self._writer = _own_task(self._write())
 
     async def _write(self) -> None:
         try:
@@ -289,6 +290,18 @@ class _RedisPyWire(Wire):
         if tasks:
             await asyncio.wait(tasks, timeout=1.0)
         await super().dispose()
+
+
+def _own_task(coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+    """A task of the wire's own, in an empty context, not the context of its opener or writer.
+
+    The wire outlives whichever call opened it or wrote first, and its reader never ends
+    by itself: in that call's context it would pass for the call's work. A sync call's
+    undo is every task started in its context once it is cancelled (``sync/_portal.py``):
+    a reader opened then (a pub/sub connection still connecting as Ctrl-C came) held the
+    interruption for the undo's whole bound and the process's exit for as long again.
+    """
+    return asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
 
 
 # Every wire not yet garbage: a forked child marks each inherited.

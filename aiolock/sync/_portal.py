@@ -282,7 +282,10 @@ def _undo_filing_factory(
         loop: asyncio.AbstractEventLoop, coro: Coroutine[Any, Any, Any], **kwargs: Any
     ) -> asyncio.Task[Any]:
         task: asyncio.Task[Any] = asyncio.Task(coro, loop=loop, **kwargs)
-        call = _CALL.get(None)
+        # The context the task runs in decides, as it is the task's: a task started in a
+        # fresh one (a connection's reader: it outlives the call) is nobody's undo.
+        context: contextvars.Context | None = kwargs.get("context")
+        call = _CALL.get(None) if context is None else context.get(_CALL)
         if call is not None and call._undoing and not task.done():
             call.undos.add(task)
             undos.add(task)  # the portal's: waited for at interpreter exit

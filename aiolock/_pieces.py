@@ -117,7 +117,7 @@ def build_pieces(
             # hold up on the new one, so a force it missed ends a guarded body within half a
             # renewal period (at most a whole one from the renewal itself), not 20 s.
             keepalive=min(10.0, options.watchdog_timeout / 12),
-            spawn=background.spawn,
+            spawn=background.serve,
             sharded=on_cluster,
             on_change=on_change,
             events=events,
@@ -142,7 +142,7 @@ def build_pieces(
         assert make_connection is not None
         pool = getattr(redis, "connection_pool", None)
         if isinstance(pool, SentinelConnectionPool):
-            sentinel = SentinelWatch(pool, on_switch, background.spawn, connected_to)
+            sentinel = SentinelWatch(pool, on_switch, background.serve, connected_to)
             # Its connections find the primary by asking every sentinel at once.
             make_connection = sentinel.connections(make_connection)
         transport = AckedTransport(
@@ -164,7 +164,7 @@ def build_pieces(
         runner,
         lease_ms=lease_ms,
         interval=options.watchdog_timeout / 3,
-        spawn=background.spawn,
+        spawn=background.serve,
         # A lambda: the registry it reports to is built after this service.
         on_lost=lambda hold, why: holds.report_lost(hold, why),  # noqa: PLW0108
         events=events,
@@ -184,7 +184,7 @@ def build_pieces(
         runner=runner,
         renewal=renewal,
         holds=holds,
-        latches=LatchSweeper(runner, background.spawn),
+        latches=LatchSweeper(runner, background.serve),
         # Each holder's calls on each lock, one after the other (see _engine/ordering.py).
         order=CallOrder(),
         restarts=(

@@ -9,6 +9,7 @@ public calls under way, so that ``aclose()`` lets none of them succeed after it.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 from collections.abc import Coroutine
 from typing import Any, TypeVar
@@ -46,6 +47,19 @@ class Background:
     def spawn(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coro`` as a background task that `drain()` waits for."""
         task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
+    def serve(self, coro: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coro`` as a long-lived service of the client, in a context of its own.
+
+        The renewal, a pub/sub reader, the Sentinel watch, the latch sweeper: it belongs to the
+        client, not to the call that happened to start it: it must not carry that call's context
+        vars (the sync API files a task started in a cancelled call's context as that call's undo,
+        and waits for it).
+        """
+        task = asyncio.get_running_loop().create_task(coro, context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._done)
         return task

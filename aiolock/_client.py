@@ -16,11 +16,11 @@ from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._config import ClientOptions, Options, TimeArg, lease_seconds, wait_seconds
+from ._emitter import Emitter, Listener
 from ._engine.affinity import Affinity
 from ._engine.cancel import cancel_mark, cancelled_since
 from ._engine.engine import Engine
 from ._engine.holders import HolderIds
-from ._events import Emitter, Listener
 from ._net.cluster import Address, Connector, node_connector, seeds_of
 from ._net.pubsub import Dispatcher
 from ._net.transport import CommandTransport

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
 
     from ._config import ClientOptions, Settings
-    from ._events import Emitter
+    from ._emitter import Emitter
 
 __all__ = ("LoopPieces", "build_pieces")
 

@@ -26,7 +26,7 @@ import timeit
 from time import perf_counter
 
 import aiolock
-from aiolock._events import Emitter
+from aiolock._emitter import Emitter
 from aiolock.events import Event
 from aiolock.testing import redis_server
 

@@ -68,7 +68,7 @@ from redis.asyncio import Redis
 
 import aiolock
 from aiolock import events
-from aiolock._events import Emitter
+from aiolock._emitter import Emitter
 from aiolock.testing import redis_server
 
 CONFIGS = ("none", "listener", "instrumented", "metrics", "metrics+spans")

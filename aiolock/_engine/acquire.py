@@ -41,7 +41,7 @@ from .replies import AcquireReply, script_error
 if TYPE_CHECKING:
     from .._net.subscriptions import Subscription
     from .core import Core
-    from .holds import Expiry, Hold
+    from .holds import Expiry, HoldRecord
     from .ordering import Ticket
     from .primitive import Invocation, Primitive
     from .waiting import Waiter
@@ -204,7 +204,7 @@ class Attempts(Part):
         tombstone: str,
         *,
         sent: float | None,
-        pending: tuple[Hold, Expiry] | None,
+        pending: tuple[HoldRecord, Expiry] | None,
     ) -> None:
         """Record the hold an attempt took, and end the holder's turn."""
         if call.receipt is not None and reply.token is None:
@@ -369,14 +369,16 @@ async def _wait_turn(ticket: Ticket) -> None:
         raise
 
 
-def _send_time(call: Call, hold: Hold | None) -> tuple[float | None, tuple[Hold, Expiry] | None]:
+def _send_time(
+    call: Call, hold: HoldRecord | None
+) -> tuple[float | None, tuple[HoldRecord, Expiry] | None]:
     """An attempt's send time, where a guarded hold relies on it, and its expiry ticket.
 
     The lease runs at least until the send time plus the lease (the guard's confirmation):
     taken before the call, which may queue for a connection. Only where a guarded hold
     relies on it: a plain lock() spares itself the clock. A re-entry of a guarded hold
     may set a shorter lease than the one confirmed: its expiry is bracketed
-    (``holds.Hold.expiry_sent``).
+    (``holds.HoldRecord.expiry_sent``).
     """
     if not call.timed and (hold is None or not hold.guards):
         return None, None
@@ -386,7 +388,7 @@ def _send_time(call: Call, hold: Hold | None) -> tuple[float | None, tuple[Hold,
     return sent, (hold, hold.expiry_sent(sent + call.lease_ms / 1000))
 
 
-def _unsettled(pending: tuple[Hold, Expiry] | None) -> None:
+def _unsettled(pending: tuple[HoldRecord, Expiry] | None) -> None:
     """An attempt's expiry ticket, settled without an answer that it applied."""
     if pending is not None:
         hold, expiry = pending

@@ -11,7 +11,7 @@ from .core import Part
 from .replies import Release, decode_release
 
 if TYPE_CHECKING:
-    from .holds import Hold
+    from .holds import HoldRecord
     from .primitive import Primitive
 
 __all__ = ("Closing",)
@@ -42,7 +42,7 @@ class Closing(Part):
         if ended:
             await asyncio.gather(*(self._release_ended(hold, kept) for hold, kept in ended))
 
-    async def _release_ended(self, hold: Hold, kept: int) -> None:
+    async def _release_ended(self, hold: HoldRecord, kept: int) -> None:
         p: Primitive | None = hold.primitive
         if p is None or kept <= 0:
             return

@@ -25,10 +25,10 @@ from .handover import HandOvers
 
 if TYPE_CHECKING:
     from .._config import Settings
-    from .._events import Emitter
+    from .._emitter import Emitter
     from .affinity import Affinity
     from .holders import HolderIds
-    from .holds import Expiry, Hold
+    from .holds import Expiry, HoldRecord
     from .primitive import Call, Primitive
     from .services import Services
 
@@ -219,7 +219,7 @@ class Core:
         if hold is not None:
             self.services.holds.disown(hold)
 
-    def reapply_ms(self, hold: Hold | None) -> int:
+    def reapply_ms(self, hold: HoldRecord | None) -> int:
         lease_ms = self.settings.lease_ms
         return hold.reapply_ms(lease_ms) if hold else lease_ms
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from redis.exceptions import ResponseError
 
-from .._events import fail_reason
+from .._emitter import fail_reason
 from .._exceptions import ClientClosedError
 from .._keys import acquire_tombstone_key, unlock_latch_key
 from .cancel import cancelled_since

@@ -36,7 +36,7 @@ from .watch import Watch
 
 if TYPE_CHECKING:
     from .._config import Settings
-    from .._events import Emitter
+    from .._emitter import Emitter
     from .affinity import Affinity
     from .guard import Guard
     from .holders import HolderIds

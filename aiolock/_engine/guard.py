@@ -12,7 +12,7 @@ behave). The body is cancelled, and the block raises ``LockLostError``, when
   of its key's expiry on the server. Every call that sets that expiry (an acquire or
   re-entry, ``extend()``, a renewal, an unlock's or rollback's re-applied lease) lowers it
   at its send to its send time plus its lease, and sets it from its answer
-  (``holds.Hold.expiry_sent``): the server set that lease after the send, so it runs at
+  (``holds.HoldRecord.expiry_sent``): the server set that lease after the send, so it runs at
   least until then, and a shorter lease moves the deadline earlier at once. At
   ``confirmed_until`` (that, less the drift margin) with no newer answer, the body is
   cancelled: a holder cut off from Redis stops before anyone else can take the lock.
@@ -39,7 +39,7 @@ from .._exceptions import LockLostError, LockTimeoutError
 if TYPE_CHECKING:
     from types import TracebackType
 
-    from .holds import Hold as HoldRecord
+    from .holds import HoldRecord
 
 __all__ = (
     "DRIFT_FACTOR",
@@ -124,7 +124,7 @@ def guarding_of(hold: Hold) -> Guarding:
 class Guarding:
     """The guard's side of one guarded hold: its records, deadline, body task and loss.
 
-    The records (``holds.Hold``) tell it when a member is lost or its confirmation moves;
+    The records (``holds.HoldRecord``) tell it when a member is lost or its confirmation moves;
     the client's ``Guard`` fires at its deadline; ``Guarded`` arms it with the body's task
     and ends it at the block's exit. The body sees only its ``view`` (``aiolock.Hold``).
     """

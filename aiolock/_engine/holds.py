@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from time import monotonic
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .._events import Emitter
+from .._emitter import Emitter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from .._net.scripts import Script
     from ..events import Kind
 
-__all__ = ("Expiry", "Hold", "HoldRegistry")
+__all__ = ("Expiry", "HoldRecord", "HoldRegistry")
 
 # Past this many holds of ended tasks remembered, those whose lease ran out are forgotten.
 _ENDED_PRUNE = 1000
@@ -41,17 +41,17 @@ class Renews(Protocol):
         """The script that renews a batch of such holds."""
         ...
 
-    def keys(self, batch: Sequence[Hold]) -> list[str]:
+    def keys(self, batch: Sequence[HoldRecord]) -> list[str]:
         """A batch's KEYS."""
         ...
 
-    def args(self, batch: Sequence[Hold]) -> list[str | bytes]:
+    def args(self, batch: Sequence[HoldRecord]) -> list[str | bytes]:
         """A batch's ARGV after the lease."""
         ...
 
 
 class Expiry:
-    """One call in flight that sets a hold's expiry (``Hold.expiry_sent``)."""
+    """One call in flight that sets a hold's expiry (``HoldRecord.expiry_sent``)."""
 
     __slots__ = ("floor", "until")
 
@@ -63,7 +63,7 @@ class Expiry:
 
 
 @dataclass(eq=False, slots=True)
-class Hold:
+class HoldRecord:
     """One holder's hold on one lock, with a lease entry per reentrant acquisition.
 
     ``leases`` has one entry per lock() still to be matched by an unlock(): the explicit
@@ -91,7 +91,7 @@ class Hold:
     since: int = 0
     # The registry's set of ``task``'s holds, this one among them: dropping the hold needs
     # no lookup in the registry's weak mapping (a weak lookup per unlock is measurable).
-    task_holds: set[Hold] | None = dataclasses.field(default=None, repr=False)
+    task_holds: set[HoldRecord] | None = dataclasses.field(default=None, repr=False)
     # The primitive it is a hold of (the engine's ``Primitive``, opaque here): what
     # aclose() needs to release it once its task has ended.
     primitive: Any = dataclasses.field(default=None, repr=False)
@@ -103,7 +103,7 @@ class Hold:
     # release's among them (one release of a holder is in flight at a time: its turn).
     expiring: list[Expiry] = dataclasses.field(default_factory=list, repr=False)
     reapplying: Expiry | None = dataclasses.field(default=None, repr=False)
-    # The guarded holds (``guard.Hold``) watching this one: told at once when it is lost.
+    # The guarded holds (``guard.HoldRecord``) watching this one: told at once when it is lost.
     guards: list[Any] | None = dataclasses.field(default=None, repr=False)
     # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
     # event); None: begun otherwise (holds found on the server, say), and its end is not
@@ -206,10 +206,10 @@ class Hold:
 class Renewal(Protocol):
     """What the registry needs of the watchdog (``renewal.RenewalService``)."""
 
-    def track(self, hold: Hold) -> None:
+    def track(self, hold: HoldRecord) -> None:
         """Renew ``hold`` from now on."""
 
-    def untrack(self, hold: Hold) -> None:
+    def untrack(self, hold: HoldRecord) -> None:
         """Stop renewing ``hold``."""
 
 
@@ -227,16 +227,16 @@ class HoldRegistry:
         self._watchdog_ms = watchdog_ms
         # Holds whose task ended holding them, each with how many holds it kept and the
         # latest (loop) time its lease can still run: aclose() releases them at once.
-        self._ended: dict[Hold, tuple[int, float]] = {}
-        # Counts the holds begun; see Hold.since.
+        self._ended: dict[HoldRecord, tuple[int, float]] = {}
+        # Counts the holds begun; see HoldRecord.since.
         self._clock = 0
-        self._holds: dict[tuple[str, str], Hold] = {}
+        self._holds: dict[tuple[str, str], HoldRecord] = {}
         # Weak by task (as holders.HolderIds keeps its ids: a fresh reference finds the
         # entry; the stored one's callback drops it), without a WeakKeyDictionary's
         # Python-level get() per acquisition.
-        self._by_task: dict[weakref.ref[asyncio.Task[Any]], set[Hold]] = {}
+        self._by_task: dict[weakref.ref[asyncio.Task[Any]], set[HoldRecord]] = {}
 
-    def get(self, key: str, field: str) -> Hold | None:
+    def get(self, key: str, field: str) -> HoldRecord | None:
         """The hold of ``field`` on ``key``, if this client believes it has one."""
         return self._holds.get((key, field))
 
@@ -250,21 +250,21 @@ class HoldRegistry:
         hold = self._holds.get((key, field))
         return hold.count if hold is not None else 0
 
-    def on_key(self, key: str) -> list[Hold]:
+    def on_key(self, key: str) -> list[HoldRecord]:
         """Every hold of this client on ``key``."""
         return [hold for hold in self._holds.values() if hold.key == key]
 
-    def __iter__(self) -> Iterator[Hold]:
+    def __iter__(self) -> Iterator[HoldRecord]:
         return iter(list(self._holds.values()))
 
     def __len__(self) -> int:
         return len(self._holds)
 
     def clock(self) -> int:
-        """Now, on the clock of Hold.since: every hold begun later has a greater ``since``."""
+        """Now, on the clock of HoldRecord.since: every hold begun later has a greater ``since``."""
         return self._clock
 
-    def _begin(self, hold: Hold) -> None:
+    def _begin(self, hold: HoldRecord) -> None:
         self._clock += 1
         hold.since = self._clock
 
@@ -282,16 +282,16 @@ class HoldRegistry:
         extra: str = "",
         confirmed: float | None = None,
         expiry: Expiry | None = None,
-    ) -> Hold:
+    ) -> HoldRecord:
         """Record a successful acquisition; ``count`` is the server's count after it.
 
         ``confirmed``: until when the acquire's answer shows the lease runs (its send time
         plus its lease); None: no new confirmation. ``expiry``: the acquire's ticket when it
-        was sent for a hold already recorded (``Hold.expiry_sent``).
+        was sent for a hold already recorded (``HoldRecord.expiry_sent``).
         """
         hold = self._holds.get((key, field))
         if hold is None:
-            hold = self._holds[key, field] = Hold(
+            hold = self._holds[key, field] = HoldRecord(
                 key, field, name, holder, renewing, extra=extra, task=task
             )
             if task is not None:
@@ -326,7 +326,7 @@ class HoldRegistry:
             self._renewal.track(hold)
         return hold
 
-    def released(self, hold: Hold, *, fully: bool) -> None:
+    def released(self, hold: HoldRecord, *, fully: bool) -> None:
         """Record an unlock the server confirmed."""
         if fully:
             began = hold.began
@@ -351,14 +351,14 @@ class HoldRegistry:
         else:
             self._renewal.untrack(hold)
 
-    def extended(self, hold: Hold, lease_ms: int) -> None:
+    def extended(self, hold: HoldRecord, lease_ms: int) -> None:
         """Record an extend() the server confirmed: explicit leases become ``lease_ms``.
 
         Watchdog entries stay None: the hold stays renewed.
         """
         hold.leases = [lease if lease is None else lease_ms for lease in hold.leases]
 
-    def drop(self, hold: Hold, *, ended: str | None = None) -> None:
+    def drop(self, hold: HoldRecord, *, ended: str | None = None) -> None:
         """Forget ``hold`` entirely.
 
         ``ended``: the hold ends here unreleased, and unknown to be lost (its task ended,
@@ -374,7 +374,7 @@ class HoldRegistry:
             # A long-lived task takes many holds; only the current ones are kept.
             hold.task_holds.discard(hold)
 
-    def disown(self, hold: Hold) -> None:
+    def disown(self, hold: HoldRecord) -> None:
         """Detach ``hold`` from its task, which may end before the hold is released for it.
 
         A hand-over the task left before it landed: no "ended while held" warning then.
@@ -384,7 +384,7 @@ class HoldRegistry:
             hold.task_holds = None
         hold.task = None
 
-    def _ended_unreleased(self, hold: Hold, how: str) -> None:
+    def _ended_unreleased(self, hold: HoldRecord, how: str) -> None:
         began = hold.began
         if began is not None:
             self.events.lost(
@@ -392,7 +392,7 @@ class HoldRegistry:
             )
             hold.began = None  # announced once
 
-    def mark_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:
+    def mark_lost(self, hold: HoldRecord, why: str, how: str = "renewal") -> None:
         """The hold is gone on the server: stop renewing, remember why for unlock().
 
         ``how``: what found it (a ``Lost`` event's ``how``).
@@ -407,7 +407,7 @@ class HoldRegistry:
             for guarded in list(hold.guards):
                 guarded.member_lost(why)
 
-    def report_lost(self, hold: Hold, why: str, how: str = "renewal") -> None:
+    def report_lost(self, hold: HoldRecord, why: str, how: str = "renewal") -> None:
         """A hold found gone on the server: log it once, then mark it lost."""
         log.warning(
             "aiolock: lock %r held by %s was lost (%s): mutual exclusion is no longer "
@@ -429,7 +429,7 @@ class HoldRegistry:
             if hold.key == key and hold.since <= begun_by:
                 self.mark_lost(hold, why, "forced")
 
-    def _watch_task(self, task: asyncio.Task[Any], hold: Hold) -> None:
+    def _watch_task(self, task: asyncio.Task[Any], hold: HoldRecord) -> None:
         holds = self._by_task.get(weakref.ref(task))
         if holds is None:
             holds = self._by_task[weakref.ref(task, self._forget_task)] = set()
@@ -437,7 +437,7 @@ class HoldRegistry:
         holds.add(hold)
         hold.task_holds = holds
 
-    def ended(self, now: float) -> list[tuple[Hold, int]]:
+    def ended(self, now: float) -> list[tuple[HoldRecord, int]]:
         """Take the holds whose task ended holding them, with how many holds each kept.
 
         Only those whose lease may still run at ``now`` (loop time).
@@ -445,7 +445,7 @@ class HoldRegistry:
         ended, self._ended = self._ended, {}
         return [(hold, kept) for hold, (kept, until) in ended.items() if until > now]
 
-    def _remember_ended(self, hold: Hold, kept: int, watchdog_ms: int) -> None:
+    def _remember_ended(self, hold: HoldRecord, kept: int, watchdog_ms: int) -> None:
         now = asyncio.get_running_loop().time()
         # The lease runs at most this long from now: the renewal stops here.
         longest = max([watchdog_ms, *(lease for lease in hold.leases if lease is not None)])

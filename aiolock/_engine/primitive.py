@@ -22,8 +22,7 @@ if TYPE_CHECKING:
     from .._config import Settings
     from .._net.scripts import Script
     from ..events import Kind
-    from .holds import Hold as HoldRecord
-    from .holds import HoldRegistry
+    from .holds import HoldRecord, HoldRegistry
 
 __all__ = (
     "HASH_RENEWAL",
@@ -55,7 +54,7 @@ class Renewing:
 
     ``script`` renews a batch of holds (one cluster slot) to the lease in its ``ARGV[1]``;
     ``keys(batch)`` and ``args(batch)`` are its KEYS and the ARGV after the lease, from the
-    holds' records (``holds.Hold``: key, field, extra data, leases). It answers one entry
+    holds' records (``holds.HoldRecord``: key, field, extra data, leases). It answers one entry
     per hold: 1 renewed, 0 gone. ``extend()`` is a renewal of a batch of one with the
     caller's lease (``Primitive.extend``).
     """

@@ -26,7 +26,7 @@ from .primitive import Call
 from .replies import Release, decode_release, script_error
 
 if TYPE_CHECKING:
-    from .holds import Hold
+    from .holds import HoldRecord
     from .ordering import Ticket
     from .primitive import Invocation, Primitive
 
@@ -110,7 +110,7 @@ class Releases(Part):
 
     def _prepare(
         self, p: Primitive, holder: str, field: str
-    ) -> tuple[Hold | None, str, int, Offer | None, Invocation]:
+    ) -> tuple[HoldRecord | None, str, int, Offer | None, Invocation]:
         """The unlock's script call, in the holder's turn: with its latch, lease, offer."""
         hold = self._s.holds.get(p.key, field)
         # One latch per unlock call: every resend of this call replays the first result.
@@ -124,7 +124,7 @@ class Releases(Part):
         return hold, latch, reapply, offer, invocation
 
     @staticmethod
-    def _reapply_until(hold: Hold, reapply: int) -> float | None:
+    def _reapply_until(hold: HoldRecord, reapply: int) -> float | None:
         """Until when an unlock's re-applied lease runs at least, for a guarded hold.
 
         Holds that remain get ``reapply`` ms from the unlock, perhaps shorter than the
@@ -141,7 +141,7 @@ class Releases(Part):
         exc: BaseException,
         *,
         ticket: Ticket,
-        hold: Hold | None,
+        hold: HoldRecord | None,
         invocation: Invocation,
         latch: str,
         reapply: int,
@@ -196,7 +196,7 @@ class Releases(Part):
             self._s.order.join((p.key, holder)), self.release_later(p, holder, field)
         )
 
-    def hold_of(self, p: Primitive, owner: str | None) -> Hold | None:
+    def hold_of(self, p: Primitive, owner: str | None) -> HoldRecord | None:
         """The calling holder's hold on ``p`` as this client records it (None: none)."""
         holder, _ = self._core.holder(owner)
         return self._s.holds.get(p.key, p.field(holder))
@@ -218,7 +218,7 @@ class Releases(Part):
         p: Primitive,
         holder: str,
         *,
-        hold: Hold | None,
+        hold: HoldRecord | None,
         invocation: Invocation,
         latch: str,
         reapply: int,
@@ -261,7 +261,7 @@ class Releases(Part):
             log.info("aiolock: a cut-off unlock() found nothing to release: %s", exc)
 
     def _settle_release(
-        self, p: Primitive, holder: str, hold: Hold | None, latch: str, result: Release
+        self, p: Primitive, holder: str, hold: HoldRecord | None, latch: str, result: Release
     ) -> None:
         services = self._s
         if result is Release.NOT_HELD:
@@ -291,7 +291,7 @@ class Releases(Part):
                 # key ran out), but the watchdog had found the hold dead: say so.
                 raise LockLostError(p.name, holder, lost)
 
-    def _offer(self, p: Primitive, holder: str, hold: Hold | None) -> Offer | None:
+    def _offer(self, p: Primitive, holder: str, hold: HoldRecord | None) -> Offer | None:
         """A hand-over for this release of ``holder``'s last hold, if one is due."""
         if (
             not p.hands_over

@@ -16,7 +16,7 @@ Its holds are reported lost once it answers again and they are found gone.
 An outage is logged once per server (``_Outages``): a WARNING at its first failed share,
 nothing for the next ones (there is one every quarter period), and a WARNING with the
 count and the length of the outage when a share is answered again. Each round ends with a
-``RenewalRound`` event (``_events.Emitter``) once its last share is back.
+``RenewalRound`` event (``_emitter.Emitter``) once its last share is back.
 """
 
 from __future__ import annotations
@@ -30,13 +30,13 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 from redis.exceptions import RedisError
 
-from .._events import Emitter
+from .._emitter import Emitter
 from .cancel import cancel_mark, cancelled_since
 
 if TYPE_CHECKING:
     from .._net.scripts import ScriptRunner
     from .._net.transport import CommandTransport
-    from .holds import Hold
+    from .holds import HoldRecord
     from .holds import Renews as Renewing
 
 __all__ = ("BATCH_SIZE", "RenewalService")
@@ -49,7 +49,7 @@ BATCH_SIZE = 100
 Server: TypeAlias = "CommandTransport | None"
 
 
-def _holds_in(by_kind: dict[Renewing, list[list[Hold]]]) -> int:
+def _holds_in(by_kind: dict[Renewing, list[list[HoldRecord]]]) -> int:
     return sum(len(batch) for batches in by_kind.values() for batch in batches)
 
 
@@ -183,7 +183,7 @@ class RenewalService:
         lease_ms: int,
         interval: float,
         spawn: Callable[[Any], asyncio.Task[Any]],
-        on_lost: Callable[[Hold, str], None],
+        on_lost: Callable[[HoldRecord, str], None],
         batch_size: int = BATCH_SIZE,
         events: Emitter | None = None,
     ) -> None:
@@ -195,7 +195,7 @@ class RenewalService:
         self._spawn = spawn
         self._on_lost = on_lost
         self._batch_size = batch_size
-        self._holds: dict[Hold, None] = {}
+        self._holds: dict[HoldRecord, None] = {}
         self._task: asyncio.Task[None] | None = None
         # Done when a round is wanted at once (``reconnected``): the task waits on it.
         self._soon: asyncio.Future[None] | None = None
@@ -211,13 +211,13 @@ class RenewalService:
     def __len__(self) -> int:
         return len(self._holds)
 
-    def track(self, hold: Hold) -> None:
+    def track(self, hold: HoldRecord) -> None:
         """Renew ``hold`` from the next period on."""
         self._holds[hold] = None
         if self._task is None and not self._closed:
             self._task = self._spawn(self._run())
 
-    def untrack(self, hold: Hold) -> None:
+    def untrack(self, hold: HoldRecord) -> None:
         """Stop renewing ``hold``."""
         self._holds.pop(hold, None)
 
@@ -292,7 +292,7 @@ class RenewalService:
 
         Once a period, from the renewal's own pass over its holds: a hold with a lease of
         its own is not renewed, and its slow hold is logged at its release only. The
-        threshold is the hold's (``Hold.slow_hold``: the client's, or its object's).
+        threshold is the hold's (``HoldRecord.slow_hold``: the client's, or its object's).
         """
         events = self._events
         now = monotonic()
@@ -343,30 +343,32 @@ class RenewalService:
             )
         return all(answers)
 
-    def _count(self, by_kind: dict[Renewing, list[list[Hold]]]) -> int:
+    def _count(self, by_kind: dict[Renewing, list[list[HoldRecord]]]) -> int:
         """The script calls of one share, counted as it is sent."""
         calls = sum(len(batches) for batches in by_kind.values())
         self.calls += calls
         return calls
 
-    def _shares(self) -> dict[Server, dict[Renewing, list[list[Hold]]]]:
+    def _shares(self) -> dict[Server, dict[Renewing, list[list[HoldRecord]]]]:
         """The tracked holds, per server, per kind, in batches of one shard each.
 
         One script call renews holds of one kind in one shard (a cluster's slot: a script
         touches one slot only).
         """
         runner = self._runner
-        by_shard: dict[tuple[Renewing, int], list[Hold]] = {}
+        by_shard: dict[tuple[Renewing, int], list[HoldRecord]] = {}
         for hold in self._holds:
             by_shard.setdefault((hold.renewing, runner.shard(hold.key)), []).append(hold)
-        shares: dict[Server, dict[Renewing, list[list[Hold]]]] = {}
+        shares: dict[Server, dict[Renewing, list[list[HoldRecord]]]] = {}
         size = self._batch_size
         for (renewing, _), holds in by_shard.items():
             batches = shares.setdefault(runner.server(holds[0].key), {}).setdefault(renewing, [])
             batches.extend(holds[start : start + size] for start in range(0, len(holds), size))
         return shares
 
-    async def _renew_share(self, server: Server, by_kind: dict[Renewing, list[list[Hold]]]) -> bool:
+    async def _renew_share(
+        self, server: Server, by_kind: dict[Renewing, list[list[HoldRecord]]]
+    ) -> bool:
         """Renew one server's holds: one script call per batch; False if any failed.
 
         The calls of every kind go out together, in one round trip: sent one by one, each
@@ -386,7 +388,7 @@ class RenewalService:
         return False
 
     async def _renew_kind(
-        self, renewing: Renewing, batches: list[list[Hold]]
+        self, renewing: Renewing, batches: list[list[HoldRecord]]
     ) -> BaseException | None:
         """Renew holds renewed alike, one script call per batch; the first error, if any."""
         script = renewing.script
@@ -395,7 +397,7 @@ class RenewalService:
         ]
         # The lease runs at least until this send time plus the lease (the server sets it
         # later than that), perhaps shorter than a re-entry's longer lease confirmed: each
-        # hold's expiry is bracketed (holds.Hold.expiry_sent), for the guard.
+        # hold's expiry is bracketed (holds.HoldRecord.expiry_sent), for the guard.
         until = asyncio.get_running_loop().time() + self._lease_ms / 1000
         expiries = [[hold.expiry_sent(until) for hold in batch] for batch in batches]
         # A release in flight when the round is sent, or begun before its answer, may run

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from .._net.subscriptions import Barrier
-    from .holds import Hold
+    from .holds import HoldRecord
     from .primitive import Primitive
     from .waiting import Waiter
 
@@ -113,7 +113,7 @@ class Watch(Part):
         waiter.forced = forced
         return waiter
 
-    async def _check(self, hold: Hold) -> None:
+    async def _check(self, hold: HoldRecord) -> None:
         """Look once whether the hold is still on the server (one plain command).
 
         Not a renewal round: that would renew every hold of the client, and give a hold
@@ -133,7 +133,7 @@ class Watch(Part):
         ):
             self._s.holds.report_lost(hold, "its watch found it gone", "renewal")
 
-    def _forced(self, hold: Hold) -> None:
+    def _forced(self, hold: HoldRecord) -> None:
         """A message heard after the barrier passed: the hold was deleted while held."""
         holds = self._s.holds
         if (
@@ -153,7 +153,7 @@ class Watch(Part):
             )
 
 
-def _lost(hold: Hold) -> bool:
+def _lost(hold: HoldRecord) -> bool:
     # A function: the type checker does not carry an earlier check across an await.
     return hold.lost is not None
 

@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
     from redis.exceptions import AskError
 
-    from .._events import Emitter
+    from .._emitter import Emitter
     from .pubsub import Dispatcher
 
 __all__ = (

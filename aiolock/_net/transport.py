@@ -45,7 +45,7 @@ from .wire import Wire, open_wire
 if TYPE_CHECKING:
     from redis.asyncio.connection import AbstractConnection
 
-    from .._events import Emitter
+    from .._emitter import Emitter
 
 __all__ = ("CommandTransport", "RetiredError")
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from .._engine.engine import Engine
     from .._engine.guard import Guarding
-    from .._engine.holds import Hold as HoldRecord
+    from .._engine.holds import HoldRecord
     from .._engine.primitive import Primitive
 
 log = logging.getLogger("aiolock")

@@ -15,8 +15,7 @@ from .lock import ExclusivePrimitive
 if TYPE_CHECKING:
     from .._config import Settings
     from .._engine.engine import Engine
-    from .._engine.holds import Hold as HoldRecord
-    from .._engine.holds import HoldRegistry
+    from .._engine.holds import HoldRecord, HoldRegistry
     from .._engine.primitive import Call
 
 __all__ = ("ReadLock", "ReadWriteLock", "WriteLock")

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, Self, TypeVar, Unpack
 
 from .._client import Client as AsyncClient
 from .._config import Options, TimeArg, lease_seconds, wait_seconds
-from .._events import Listener
+from .._emitter import Listener
 from .._exceptions import ClientClosedError
 from .._objects.decorator import LockKind, check_kind, locked
 from ._locks import (

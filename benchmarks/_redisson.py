@@ -56,9 +56,10 @@ DEFAULT_VERSION = "4.7.0"
 #: lock, 4 JVMs x 8 threads on one lock.
 VARIANTS = frozenset({"1 task", "32 tasks", "N=16", "4x8"})
 #: A JVM's warm-up before its first measurement: the lock loop on names of its own, long
-#: enough for the JIT's C2 to compile it (some 10,000 calls: 1.5 s left the CPU per pair still
-#: falling over the next seconds on a loaded 2-core machine).
-WARMUP_S = 3.0
+#: enough for the JIT's C2 to compile it on a loaded 2-core machine (after 3 s the first
+#: 1-thread measurement gave 633 pairs/s at load 5-7, after 10 s 6,603, the later ones
+#: 5,935-8,562).
+WARMUP_S = 10.0
 #: The warm-up of a JVM's later measurements: its new threads, the measurement's shape.
 REWARM_S = 0.3
 START_LIMIT_S = 60.0  # JVM start, Redisson's connections, the warm-up

@@ -67,6 +67,12 @@ QUERY_TIMEOUT = 0.5
 _QUERY_DEADLINE = 5.0
 # What ``_ask`` returns when the sentinel did not answer.
 _NO_ANSWER = object()
+# After the first sentinel names a primary, how long the others have to answer too. In a
+# failover the sentinels disagree for a moment (those that have not heard of it yet still
+# name the old primary, which stays a primary until it is reconfigured, seconds later):
+# the answer with the newest config epoch wins, so a client never goes back to the old
+# primary. A paused sentinel costs a connect this much at most.
+_AGREE = 0.05
 
 
 class SentinelWatch:
@@ -251,23 +257,14 @@ class SentinelWatch:
                 self._compare(primary)
 
     async def ask_primary(self) -> str | None:
-        """The group's primary ("host:port") as the first sentinel to answer names it.
+        """The group's primary ("host:port") as the sentinels name it now.
 
-        Each sentinel has ``query_timeout`` to answer; then the next is asked. None: no
-        sentinel answered (the next poll asks again), or the one that did holds the primary
-        down (a failover is coming: its switch is awaited).
+        Every sentinel is asked at once, each with ``query_timeout`` (see ``_newest``).
+        None: no sentinel answered (the next poll asks again), or those that did hold the
+        primary down (a failover is coming: its switch is awaited).
         """
-        count = len(self._sentinels)
-        for step in range(count):
-            index = (self._poll_from + step) % count
-            reply = await self._ask(index, self._query_timeout)
-            if reply is _NO_ANSWER:
-                if self._closed_now():
-                    return None
-                continue
-            self._answered(index)
-            return _primary_of(reply)
-        return None
+        named = await self._newest(self._query_timeout)
+        return None if named is None else f"{named[0]}:{named[1]}"
 
     async def _ask(self, index: int, bound: float) -> Any:
         """Sentinel ``index``'s SENTINEL MASTER reply, or ``_NO_ANSWER``.
@@ -336,31 +333,59 @@ class SentinelWatch:
         return make
 
     async def locate(self) -> tuple[str, int]:
-        """The primary as the first sentinel to answer names it, all asked at once.
+        """The primary as the sentinels name it now (``_newest``), all asked at once.
 
         Waits ``_QUERY_DEADLINE`` at most for one; MasterNotFoundError (a connection error:
         the call's own retries apply) if none names a primary by then, or every one that
         answered holds it down.
         """
+        named = await self._newest(_QUERY_DEADLINE)
+        if named is None:
+            raise MasterNotFoundError(f"aiolock: no sentinel named a primary for {self._service!r}")
+        return named
+
+    async def _newest(self, bound: float) -> tuple[str, int] | None:
+        """The primary named by the newest config epoch among the sentinels' answers.
+
+        Every sentinel is asked at once, each within ``bound``; once one has named a
+        primary the others have ``_AGREE`` more to answer. Of the answers that name one,
+        the highest ``config-epoch`` wins (a sentinel that has not heard of a failover yet
+        names the old primary, with the old epoch); on a tie the sentinel asked first.
+        """
         count = len(self._sentinels)
         order = [(self._poll_from + step) % count for step in range(count)]
         asks: dict[asyncio.Future[Any], int] = {
-            asyncio.ensure_future(self._ask(index, _QUERY_DEADLINE)): index for index in order
+            asyncio.ensure_future(self._ask(index, bound)): index for index in order
         }
         pending = set(asks)
+        named: list[tuple[int, int, tuple[str, int], int]] = []
+        loop = asyncio.get_running_loop()
+        until: float | None = None
         try:
             while pending:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for asked in sorted(done, key=lambda task: order.index(asks[task])):
-                    primary = _address_of(asked.result())
-                    if primary is not None:
-                        self._answered(asks[asked])
-                        return primary
+                left = None if until is None else until - loop.time()
+                if left is not None and left <= 0:
+                    break
+                done, pending = await asyncio.wait(
+                    pending, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                )
+                for asked in done:
+                    reply = asked.result()
+                    address = _address_of(reply)
+                    if address is not None:
+                        index = asks[asked]
+                        named.append((_epoch_of(reply), -order.index(index), address, index))
+                if named and until is None:
+                    until = loop.time() + _AGREE
         finally:
             # The slower sentinels' queries are no longer needed (read-only: cancelled).
             for asked in pending:
                 asked.cancel()
-        raise MasterNotFoundError(f"aiolock: no sentinel named a primary for {self._service!r}")
+        if not named:
+            return None
+        _, _, address, index = max(named)
+        self._answered(index)
+        return address
 
     def _compare(self, primary: str) -> None:
         """Move every connection not going to ``primary`` (a switch whose event was missed)."""
@@ -433,6 +458,18 @@ def _address_of(reply: Any) -> tuple[str, int] | None:
     if "ip" not in fields or "port" not in fields or "s_down" in flags or "o_down" in flags:
         return None
     return _text(fields["ip"]), int(fields["port"])
+
+
+def _epoch_of(reply: Any) -> int:
+    """The ``config-epoch`` of a SENTINEL MASTER reply (0 if it has none)."""
+    if isinstance(reply, dict):
+        fields = {_text(key): value for key, value in reply.items()}
+    else:
+        fields = {_text(key): value for key, value in zip(reply[::2], reply[1::2], strict=False)}
+    try:
+        return int(_text(fields.get("config-epoch", 0)))
+    except ValueError:
+        return 0
 
 
 def _text(value: Any) -> str:

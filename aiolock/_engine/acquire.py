@@ -81,11 +81,14 @@ class Attempts(Part):
             # A hold known lost counts for nothing: the server no longer has it.
             target = (hold.count if hold and hold.lost is None else 0) + 1
             tombstone = acquire_tombstone_key(p.key, self._core.request_id())
-            sent, pending = _send_time(call, hold)
             invocation = p.acquire(call, target, tombstone)
             # Sent here, its reply's future awaited here (no coroutine of the runner's or
             # of _sent's per attempt); a failed send is taken up by _resent.
             reply_of = None if runner.acks else runner.send(*invocation)
+            # Read in the same step as the send (a send that raises leaves nothing behind):
+            # the clock read follows the write by microseconds, well inside the guard's
+            # drift margin, and the server runs the command after the write.
+            sent, pending = _send_time(call, hold)
             try:
                 try:
                     raw, acked = (

@@ -29,7 +29,7 @@ from redis.exceptions import ResponseError
 
 from .._exceptions import ClientClosedError, LockError, LockUpgradeError, ReplicaAckError
 from .._keys import acquire_tombstone_key
-from .cancel import cancel_requested
+from .cancel import cancel_requested, within
 from .core import Part
 from .failures import Failure, failure
 from .handover import Offer
@@ -405,24 +405,6 @@ def _unsettled(pending: tuple[HoldRecord, Expiry] | None) -> None:
 CUT_OFF = 0.5
 
 
-async def _bounded(call: Coroutine[Any, Any, bool], bound: float) -> bool:
-    """``call``'s result, or False once ``bound`` seconds have passed.
-
-    Cut off, the call is cancelled as by a caller's ``asyncio.timeout``: its engine undoes
-    what its attempt may have taken (now, or once the server answers again). Its deadline
-    ends it first whenever the server answers, so this only cuts off a round trip that
-    is not answered in time. An outer cancel still raises CancelledError.
-    """
-    scope = asyncio.timeout(bound)
-    try:
-        async with scope:
-            return await call
-    except TimeoutError:
-        if scope.expired():
-            return False
-        raise
-
-
 class Acquirer(Part):
     """Acquiring a lock (every primitive but the counting ones): the handles' lock() path."""
 
@@ -447,12 +429,12 @@ class Acquirer(Part):
         ``receipt``: the acquisition's token is appended to it (a fenced lock's).
         ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
         With a ``wait``, the call returns within it plus ``CUT_OFF`` whatever the server
-        does (``_bounded``), unless not ``bounded``: a composite's member, whose call its
+        does (``cancel.within``), unless not ``bounded``: a composite's member, whose call its
         composite bounds (side by side in one task, where a timeout scope of its own
         would cancel the whole task).
         """
         call = self._acquire(p, owner, wait, lease, receipt=receipt, timed=timed)
-        return call if wait is None or not bounded else _bounded(call, wait + CUT_OFF)
+        return call if wait is None or not bounded else within(wait + CUT_OFF, call)
 
     async def _acquire(
         self,

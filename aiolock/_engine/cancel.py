@@ -12,9 +12,10 @@ since; if one did, it undoes what it did and raises ``CancelledError`` itself. A
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
-__all__ = ("calling_task", "cancel_mark", "cancel_requested", "cancelled_since")
+__all__ = ("calling_task", "cancel_mark", "cancel_requested", "cancelled_since", "within")
 
 
 def calling_task() -> asyncio.Task[Any] | None:
@@ -51,3 +52,22 @@ def cancel_requested(task: asyncio.Task[Any] | None, mark: int) -> bool:
     and on Python 3.11 ``asyncio.current_task()`` is Python code, not C.
     """
     return task is not None and task.cancelling() > mark
+
+
+async def within(bound: float | None, call: Coroutine[Any, Any, bool]) -> bool:
+    """``call``'s result, or False if it is still under way after ``bound`` s (None: no bound).
+
+    Cut off, the call is cancelled as by a caller's ``asyncio.timeout``: its engine undoes
+    what it may have taken (now, or once the server answers again), as for any cancelled
+    call. An outer cancel still raises CancelledError.
+    """
+    if bound is None:
+        return await call
+    scope = asyncio.timeout(bound)
+    try:
+        async with scope:
+            return await call
+    except TimeoutError:
+        if scope.expired():
+            return False
+        raise

@@ -29,7 +29,6 @@ __all__ = (
     "give_back",
     "took",
     "try_member",
-    "within",
 )
 
 log = logging.getLogger("aiolock")
@@ -43,25 +42,6 @@ UNBOUNDED_CALL = 1.5
 # unlock for each member's (seconds): a frozen server costs that, not its connection's
 # timeout. As long as a try's call when nothing bounds it: an answer comes in milliseconds.
 QUERY_CALL = UNBOUNDED_CALL
-
-
-async def within(bound: float | None, call: Coroutine[Any, Any, bool]) -> bool:
-    """``call``'s result, or False if it is still under way after ``bound`` seconds.
-
-    Cut off, the member's call is cancelled: its engine undoes an acquire that landed
-    (now, or once the server answers again), as for any cancelled call. An outer cancel
-    still raises CancelledError.
-    """
-    if bound is None:
-        return await call
-    scope = asyncio.timeout(bound)
-    try:
-        async with scope:
-            return await call
-    except TimeoutError:
-        if scope.expired():
-            return False
-        raise
 
 
 async def ask(

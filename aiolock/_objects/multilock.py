@@ -27,6 +27,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .._config import TimeArg
+from .._engine.cancel import within
 from .._engine.guard import Guarding, guarded_hold
 from .._exceptions import LockError
 from .handle import Acquirable, LockHandle, LockStatistics, extend_seconds
@@ -37,7 +38,6 @@ from .members import (
     give_back,
     took,
     try_member,
-    within,
 )
 from .side_by_side import SideBySide
 

@@ -79,51 +79,39 @@ async def lost_within(body: Callable[[aiolock.Hold], Any], guarded: Any) -> aiol
     return seen[0]
 
 
+async def shorten_by(how: str, lock: Any, lease: float) -> None:
+    """Set ``lease`` on the calling task's hold: by ``extend()``, or by a re-entry."""
+    if how == "extend":
+        await lock.extend(lease)
+    elif isinstance(lock, aiolock.FencedLock):
+        await lock.lock_and_get_token(lease=lease)
+    else:
+        await lock.lock(lease=lease)
+
+
+@pytest.mark.parametrize("how", ["extend", "reentry"])
 @pytest.mark.parametrize("lease", [None, 20.0], ids=["watchdog", "lease"])
 @pytest.mark.parametrize("kind", KINDS)
-async def test_extend_shorter_moves_the_deadline(
-    make_client: ClientFactory, raw: Redis, name: str, kind: str, lease: float | None
+async def test_a_shorter_lease_moves_the_deadline(
+    make_client: ClientFactory,
+    raw: Redis,
+    name: str,
+    *,
+    kind: str,
+    lease: float | None,
+    how: str,
 ) -> None:
-    """c1: extend() to a shorter lease: the deadline follows, and the body stops."""
+    """c1, c5: extend() or a re-entry to a shorter lease: the deadline follows at once (the
+    guard re-armed for it), and the body stops."""
     client = make_client(watchdog_timeout=6)
     lock = KINDS[kind](client, name)
 
     async def shorten(hold: aiolock.Hold) -> None:
-        await lock.extend(0.4)
+        await shorten_by(how, lock, 0.4)
         await assert_not_later(raw, key_of(lock), hold)
 
     hold = await lost_within(shorten, lock.guarded(lease=lease))
     assert hold.lost
-
-
-@pytest.mark.parametrize("lease", [None, 20.0], ids=["watchdog", "lease"])
-@pytest.mark.parametrize("kind", KINDS)
-async def test_reentry_shorter_rearms_the_guard(
-    make_client: ClientFactory, raw: Redis, name: str, kind: str, lease: float | None
-) -> None:
-    """c5: a re-entry with a shorter lease: the guard fires at the new, earlier deadline."""
-    client = make_client(watchdog_timeout=6)
-    lock = KINDS[kind](client, name)
-    if kind == "fenced":
-        pytest.skip("a fenced lock is re-entered with lock_and_get_token, as below")
-
-    async def reenter(hold: aiolock.Hold) -> None:
-        await lock.lock(lease=0.4)
-        await assert_not_later(raw, key_of(lock), hold)
-
-    await lost_within(reenter, lock.guarded(lease=lease))
-
-
-async def test_fenced_reentry_shorter(make_client: ClientFactory, raw: Redis, name: str) -> None:
-    """c5 for a fenced lock's own re-entry call."""
-    client = make_client(watchdog_timeout=6)
-    lock = client.fenced_lock(name)
-
-    async def reenter(hold: aiolock.Hold) -> None:
-        await lock.lock_and_get_token(lease=0.4)
-        await assert_not_later(raw, key_of(lock), hold)
-
-    await lost_within(reenter, lock.guarded(lease=20))
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -38,7 +38,7 @@ TimeArg = float | int | timedelta | None
 #: 1e17). The scripts add times to the clock (1.8e12 ms now) and to each other (the fair
 #: lock's deadlines): 1e12 ms keeps every such sum exact and far inside all three bounds,
 #: and no lease, wait or timeout needs more than 30 years. "Never" is None (the watchdog,
-#: or no limit), not a huge number. lua/fragments/args.lua holds the same bound.
+#: or no limit), not a huge number. lua/fragments/times.lua holds the same bound.
 MAX_SECONDS = 10**9
 MAX_MS = MAX_SECONDS * 1000
 #: The shortest watchdog_timeout: 0.01 s. Locks taken without a lease are renewed every

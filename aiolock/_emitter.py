@@ -260,7 +260,7 @@ class Emitter:
 
         ``warned``: ``held_long`` was logged for this hold already (then INFO, not WARNING).
         ``slow_hold``: the hold's own threshold (the client's, or its object's: a leader's
-        term has none unless asked; ``Hold.slow_hold``), None for no log.
+        term has none unless asked; ``HoldRecord.slow_hold``), None for no log.
         """
         slow = slow_hold
         if slow is not None and held > slow:

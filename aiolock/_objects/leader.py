@@ -12,7 +12,7 @@ A term cut off from the server ends before its lease can run out, so no other ca
 elected while it runs. A term whose lock is deleted under it (``force_unlock()`` from
 anywhere, Redisson's ``forceUnlock()``) ends on the unlock message itself, which reaches
 it before the next candidate, woken by the same message, has its acquire answered; and a
-term's body starts only once its own watch is in place (``_engine/watch.py``).
+term's body starts only once its own watch is in place (``LockHandle._guard_watch``).
 """
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ class Leader:
     @contextlib.asynccontextmanager
     async def _elected(self) -> AsyncIterator[Hold]:
         # A guarded hold of the lock: its body (the term) begins once its watch is in
-        # place (_engine/watch.py), so a force ends it at once, and a leader forced out
+        # place (``LockHandle._guard_watch``), so a force ends it at once, and a leader forced out
         # for it has ended its own term by then.
         async with self._lock.guarded(lease=self._lease) as hold:
             self._terms.add(hold)

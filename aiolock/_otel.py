@@ -148,18 +148,16 @@ class Instrumentation:
         self._tracer = trace.get_tracer(_SCOPE, version, tracer_provider)
         # An explicit no-op provider turns spans off (metrics only): skip building them.
         self._spans = not isinstance(self._tracer, trace.NoOpTracer)
-        # The global provider before an SDK is set is a proxy whose spans record nothing,
-        # yet each costs about 2 us through it. Until one is set (public API only: the
-        # global provider is no longer the proxy), spans are skipped, and whether one has
-        # been is looked at no more than every SDK_LOOK_INTERVAL: 0.8 us a look, where
-        # looking at every event would cost as much as the span it saves.
+        # Until a tracer SDK is set, the global provider is a proxy whose spans record
+        # nothing yet still cost time, so spans are skipped; whether one has been set (seen
+        # through the public API only) is looked at every SDK_LOOK_INTERVAL at most,
+        # because a look at every event would cost as much as the span it saves.
         self._next_look = float("inf")
         if self._spans and _before_sdk(tracer_provider):
             self._spans, self._next_look = False, 0.0
         self._name_attributes = name_attributes
-        # Attribute sets without a lock name are few (kinds x outcomes): built once each.
-        # The SDK copies and hashes them on every measurement anyway (about 6 us a record,
-        # 14 us a span, against well under 1 us for all of this listener's own work).
+        # Attribute sets without a lock name are few (kinds x outcomes), so each is built
+        # once, as the SDK's own copy and hash of them per measurement dwarfs this work.
         self._kinds = _Kinds()
         self._renewal_attrs: dict[bool, Attributes] = {
             failed: {OUTCOME: "failed" if failed else "renewed"} for failed in (False, True)
@@ -168,8 +166,8 @@ class Instrumentation:
         # of one lock are one hold: events say reentrant=True for the others).
         self._holds: dict[tuple[str, str, str], int] = {}
         # aiolock.held and aiolock.waiting per attribute set ((kind, name or "")), read by
-        # the asynchronous up-down counters at collection: a hold costs two dict updates,
-        # not two synchronous measurements (about 10 us with the SDK).
+        # the asynchronous up-down counters at collection, so a hold costs two dict
+        # updates rather than two synchronous measurements, which the SDK makes dear.
         self._held: dict[tuple[str, str], int] = {}
         self._waiting: dict[tuple[str, str], int] = {}
         # The last waiting count told per (kind, name), to add its change to its series.

@@ -6,15 +6,14 @@ and its subclasses). Holders are the calling threads. A background event-loop th
 the async client: same keys and messages, so sync, async and Java clients exclude and wake
 each other on the same names.
 
-ONE loop thread per process (a daemon), not one per client as API.md first said: every
-sync client of the process runs its own async client (connections, renewals) in that one
-loop, because a MultiLock or RedLock over handles of several clients (a RedLock's members
-are on independent servers) runs as one task, which needs all its members in one loop. It
-starts with the first call and stops when the last client is closed.
+ONE loop thread per process (a daemon): every sync client of the process runs its own async
+client (connections, renewals) in that one loop, because a MultiLock or RedLock over
+handles of several clients (a RedLock's members are on independent servers) runs as one
+task, which needs all its members in one loop. It starts with the first call and stops when
+the last client is closed.
 
-Cost: each blocking call is one hand-off to that thread and back (about 30 µs of CPU on
-top of the async call, measured on a loaded 2-core machine), so a lock+unlock pair costs the
-async pair plus two hand-offs.
+Cost: each blocking call is one hand-off to that thread and back, so a lock+unlock pair
+costs the async pair plus two hand-offs (docs/benchmarks.md, "Design figures").
 """
 
 from __future__ import annotations

@@ -22,8 +22,6 @@ from ._engine.cancel import cancel_mark, cancelled_since
 from ._engine.engine import Engine
 from ._engine.holders import HolderIds
 from ._net.cluster import Address, Connector, node_connector, seeds_of
-from ._net.pubsub import Dispatcher
-from ._net.transport import CommandTransport
 from ._net.wire import abandon_loop
 from ._objects.count_down_latch import CountDownLatch
 from ._objects.decorator import LockKind, locked
@@ -36,7 +34,7 @@ from ._objects.permit_expirable_semaphore import PermitExpirableSemaphore
 from ._objects.rwlock import ReadWriteLock
 from ._objects.semaphore import Semaphore
 from ._objects.spin import SpinLock
-from ._pieces import build_pieces
+from ._services import build_services
 from ._timing import send_deadline, settings_for
 
 if TYPE_CHECKING:
@@ -80,8 +78,6 @@ class Client:
     """
 
     # On one server (Sentinel's included) only: its one command and pub/sub connections.
-    _transport: CommandTransport
-    _dispatcher: Dispatcher
 
     def __init__(self, redis: Redis | RedisCluster, **options: Unpack[Options]) -> None:
         if not isinstance(redis, Redis | RedisCluster):
@@ -130,7 +126,7 @@ class Client:
             ids=HolderIds(self.id),
             affinity=self._affinity,
             events=self._events,
-            services=self._pieces.services(),
+            services=self._services,
         )
 
     def _named(self, make: Callable[[], AbstractConnection]) -> Callable[[], AbstractConnection]:
@@ -151,12 +147,12 @@ class Client:
         return make_named
 
     def _build(self) -> None:
-        """Build every piece of the client that belongs to an event loop (``_pieces.py``).
+        """Build the services of the client that belong to an event loop (``_services.py``).
 
         Nothing connects here; the first call does, in its loop. Called at construction
         and by `_rebind()`. Each piece is kept as an attribute of its own.
         """
-        self._pieces = pieces = build_pieces(
+        self._services = build_services(
             self._options,
             self._settings,
             self._events,
@@ -169,19 +165,6 @@ class Client:
             on_switch=self._switched,
             connected_to=self._connected_to,
         )
-        self._background = pieces.background
-        self._waiting = pieces.waiting
-        self._sentinel = pieces.sentinel
-        self._topology = pieces.topology
-        self._pubsub = pieces.pubsub
-        if pieces.transport is not None and pieces.dispatcher is not None:
-            self._transport = pieces.transport
-            self._dispatcher = pieces.dispatcher
-        self._runner = pieces.runner
-        self._renewal = pieces.renewal
-        self._holds = pieces.holds
-        self._latches = pieces.latches
-        self._order = pieces.order
 
     def _new_process(self) -> None:
         """Become a forked child's own client, with a new id, before its first call.
@@ -203,7 +186,7 @@ class Client:
         their tasks are gone and nothing renews them, so they expire with their lease
         (each logged at WARNING).
         """
-        for hold in self._holds:
+        for hold in self._services.holds:
             if hold.count and hold.lost is None:
                 log.warning(
                     "aiolock: the event loop closed while %s held lock %r; it is not "
@@ -213,7 +196,7 @@ class Client:
                 )
         abandon_loop(dead)
         self._build()
-        self._engine.attach(self._pieces.services())
+        self._engine.attach(self._services)
 
     @classmethod
     def from_url(cls, url: str, *, cluster: bool = False, **options: Unpack[Options]) -> Self:
@@ -239,12 +222,19 @@ class Client:
     def _switched(self, primary: str) -> None:
         """The sentinels switched the primary: reconnect there, pub/sub included."""
         exc = RedisConnectionError(f"aiolock: the sentinels switched the primary to {primary}")
-        self._transport.reset(exc)
-        self._dispatcher.reset(exc)
+        services = self._services
+        # Only a Sentinel client (one server) is told of a switch.
+        assert services.transport is not None
+        assert services.dispatcher is not None
+        services.transport.reset(exc)
+        services.dispatcher.reset(exc)
 
     def _connected_to(self) -> list[str]:
         """Where the open connections go ("host:port"), for the Sentinel watch to compare."""
-        peers = (self._transport.peer, self._dispatcher.peer)
+        services = self._services
+        assert services.transport is not None
+        assert services.dispatcher is not None
+        peers = (services.transport.peer, services.dispatcher.peer)
         return [peer for peer in peers if peer is not None]
 
     # -- handles --------------------------------------------------------------------------
@@ -407,24 +397,25 @@ class Client:
 
     def _close_steps(self) -> list[tuple[bool, Callable[[], Awaitable[None] | None]]]:
         """aclose()'s steps in order, each with whether it only waits (cut short by a cancel)."""
+        services = self._services
         return [
             # First: cancel guarded bodies, whose holds are then released at once below.
             (False, self._before_close),
             (True, self._guarded_exits),
-            (False, self._renewal.aclose),
-            (False, self._sentinel.aclose if self._sentinel is not None else _nothing),
-            (False, self._waiting.close),
+            (False, services.renewal.aclose),
+            (False, services.sentinel.aclose if services.sentinel is not None else _nothing),
+            (False, services.waiting.close),
             # Every waiter wakes and raises ClientClosedError; a call whose script is in
             # flight undoes a hold it gets (see Engine._attempt). Both end before the
             # connections close, and so do releases and rollbacks already under way.
-            (False, self._pubsub.aclose),
-            (True, self._background.calls_ended),
-            (True, self._order.drained),
+            (False, services.pubsub.aclose),
+            (True, services.background.calls_ended),
+            (True, services.order.drained),
             # Before the connections close: another process takes these over at once.
             (True, self._release_ended),
-            (True, self._background.drain),
-            (True, self._latches.flush),
-            (False, self._topology.aclose),
+            (True, services.background.drain),
+            (True, services.latches.flush),
+            (False, services.topology.aclose),
             (False, self._warn_held),
             (False, self._redis.aclose if self._owns_redis else _nothing),
         ]

@@ -27,11 +27,10 @@ if TYPE_CHECKING:
     import aiolock
     import aiolock.sync
     from aiolock._config import ClientOptions, Settings
-    from aiolock._engine.background import Background
+    from aiolock._engine.background import Background, LatchSweeper
     from aiolock._engine.engine import Engine
     from aiolock._engine.guard import Guard, Guarded, Guarding
     from aiolock._engine.holds import HoldRegistry
-    from aiolock._engine.latches import LatchSweeper
     from aiolock._engine.ordering import CallOrder
     from aiolock._engine.primitive import Primitive
     from aiolock._engine.renewal import RenewalService
@@ -60,37 +59,41 @@ def engine(obj: aiolock.Client | LockHandle | Permits | CountDownLatch) -> Engin
 
 def renewal(client: aiolock.Client) -> RenewalService:
     """The client's renewal service (the watchdog)."""
-    return client._renewal
+    return client._services.renewal
 
 
 def runner(client: aiolock.Client) -> ScriptRunner:
     """The client's script runner: run a Lua script as aiolock sends it."""
-    return client._runner
+    return client._services.runner
 
 
 def waiting_room(client: aiolock.Client) -> WaitingRoom:
     """The client's waiting room: who waits on which channel."""
-    return client._waiting
+    return client._services.waiting
 
 
 def holds(client: aiolock.Client) -> HoldRegistry:
     """The client's registry of the holds it believes in."""
-    return client._holds
+    return client._services.holds
 
 
 def dispatcher(client: aiolock.Client) -> Dispatcher:
     """The client's pub/sub dispatcher (one server)."""
-    return client._dispatcher
+    dispatcher = client._services.dispatcher
+    assert dispatcher is not None, "a cluster client has one per primary"
+    return dispatcher
 
 
 def background(client: aiolock.Client) -> Background:
     """The client's background tasks."""
-    return client._background
+    return client._services.background
 
 
 def transport(client: aiolock.Client) -> CommandTransport:
     """The client's command connection (one server)."""
-    return client._transport
+    transport = client._services.transport
+    assert transport is not None, "a cluster client has one per primary"
+    return transport
 
 
 def settings(client: aiolock.Client) -> Settings:
@@ -105,27 +108,27 @@ def options(client: aiolock.Client) -> ClientOptions:
 
 def latches(client: aiolock.Client) -> LatchSweeper:
     """The client's sweeper of released count-down latches."""
-    return client._latches
+    return client._services.latches
 
 
 def ordering(client: aiolock.Client) -> CallOrder:
     """The client's per-name call ordering (calls still to land)."""
-    return client._order
+    return client._services.order
 
 
 def pubsub(client: aiolock.Client) -> PubSub:
     """The client's subscriptions, whatever the topology."""
-    return client._pubsub
+    return client._services.pubsub
 
 
 def topology(client: aiolock.Client) -> OneServer | Cluster:
     """The client's topology: one server or a cluster."""
-    return client._topology
+    return client._services.topology
 
 
 def sentinel(client: aiolock.Client) -> SentinelWatch:
     """The client's Sentinel watch (the client must be made for a Sentinel primary)."""
-    watch = client._sentinel
+    watch = client._services.sentinel
     assert watch is not None, "the client has no Sentinel watch"
     return watch
 
@@ -155,7 +158,7 @@ def task_of(service: RenewalService | LatchSweeper) -> asyncio.Task[None] | None
 
 def replace_renewal_runner(client: aiolock.Client, runner: Any) -> None:
     """Give the renewal service ``runner`` (duck-typed as a ScriptRunner) to renew with."""
-    client._renewal._runner = runner
+    client._services.renewal._runner = runner
 
 
 def tasks_holding(registry: HoldRegistry) -> dict[weakref.ref[asyncio.Task[Any]], set[Any]]:

@@ -13,7 +13,7 @@ import pytest
 from redis.asyncio import Redis
 
 import aiolock
-from aiolock._engine.handover import IN_A_ROW
+from aiolock._engine.waiting import IN_A_ROW
 from aiolock._keys import lock_channel, rwlock_channel
 from aiolock._net.scripts import load_script
 

@@ -1,20 +1,20 @@
 """The acquire path of a lock: attempt, subscribe, wait, be woken or handed the lock.
 
-* **attempt** (``Attempts``): one run of the acquire script in the holder's turn. It targets
+* **attempt** (``attempt``): one run of the acquire script in the holder's turn. It targets
   the count this client believes the holder has plus one, so a resend that finds it there
   already does not count twice; a stale belief is corrected from the server's answer and
   reported (``_resync``). An attempt cut off in flight (a cancel, no answer, a refusal past
   the retries) or answered after a cancel is rolled back in the background, in the holder's
   turn, by its target and tombstone: a cancelled acquire never keeps a hold. A waiter that
   gives up leaves the primitive's queue (a fair lock's) the same way;
-* **wait** (``Acquirer``): subscribe, register the waiter *before* the next attempt (a
+* **wait** (``acquire``): subscribe, register the waiter *before* the next attempt (a
   release published while it is in flight wakes it), wait bounded by the lease seen (a lost
   message costs latency, never liveness), try again; no barging past local waiters where
   the primitive asks; a waiter that leaves passes its turn to try on; a release of this
-  client may hand the lock straight to a parked waiter (``handover.py``);
+  client may hand the lock straight to a parked waiter (``release.py``'s hand-over);
 * **deadline** and **cancellation**: a call that got a cancel request while it ran never
   returns normally (``cancel.py``); what its script may have done is undone in the
-  background (``Attempts``).
+  background (``_undo``).
 """
 
 from __future__ import annotations
@@ -30,23 +30,21 @@ from redis.exceptions import ResponseError
 from .._exceptions import ClientClosedError, LockError, LockUpgradeError, ReplicaAckError
 from .._keys import acquire_tombstone_key
 from .cancel import cancel_requested, within
-from .core import Part
 from .failures import Failure, failure
-from .handover import Offer
 from .ordering import in_turn
-from .primitive import Call
-from .release import Releases
-from .replies import AcquireReply, script_error
+from .primitive import AcquireReply, Call, script_error
+from .release import release_later
+from .waiting import Offer
 
 if TYPE_CHECKING:
     from .._net.subscriptions import Subscription
-    from .core import Core
+    from .engine import Engine
     from .holds import Expiry, HoldRecord
     from .ordering import Ticket
     from .primitive import Invocation, Primitive
     from .waiting import Waiter
 
-__all__ = ("CUT_OFF", "Acquirer", "Attempts")
+__all__ = ("CUT_OFF", "acquire", "attempt", "give_up", "leave")
 
 log = logging.getLogger("aiolock")
 
@@ -55,312 +53,321 @@ log = logging.getLogger("aiolock")
 _BACKOFF_CAP = 1.0
 
 
-class Attempts(Part):
-    """The acquire script's runs and their rollbacks, for the acquire paths."""
-
-    async def attempt(self, p: Primitive, call: Call) -> AcquireReply:
-        """Run the acquire script once, in the holder's turn, and record a hold it took."""
-        restarts = self._s.restarts
-        if restarts is not None and (left := await restarts.left_ms(p.key)):
-            # Strict restarts: the server came up too recently for the holds it forgot to
-            # have ended. Not taken; the call waits that long as for a held lock.
-            return AcquireReply(acquired=False, ttl_ms=left)
-        ticket = self._s.order.join((p.key, call.holder))
-        # An earlier call of this holder (a rollback or release finishing in the
-        # background, another task's call with the same owner=) must land first: this
-        # attempt's target count depends on its outcome.
-        if not ticket.ready:  # spares a coroutine when the turn is free
-            await _wait_turn(ticket)
-        self._in_turn(p, call, ticket)
-        runner = self._s.runner
-        while True:
-            hold = self._s.holds.get(p.key, call.field)
-            # The count this holder has once the attempt succeeds: a resend that finds it
-            # already there does not count twice, and a rollback undoes exactly this
-            # attempt (a script takes a hold only from the count the holder believes).
-            # A hold known lost counts for nothing: the server no longer has it.
-            target = (hold.count if hold and hold.lost is None else 0) + 1
-            tombstone = acquire_tombstone_key(p.key, self._core.request_id())
-            invocation = p.acquire(call, target, tombstone)
-            # Sent here, its reply's future awaited here (no coroutine of the runner's or
-            # of _sent's per attempt); a failed send is taken up by _resent.
-            reply_of = None if runner.acks else runner.send(*invocation)
-            # Read in the same step as the send (a send that raises leaves nothing behind):
-            # the clock read follows the write by microseconds, well inside the guard's
-            # drift margin, and the server runs the command after the write.
-            sent, pending = _send_time(call, hold)
-            try:
-                try:
-                    raw, acked = (
-                        (await reply_of, None)
-                        if reply_of is not None
-                        else await self._sent(call, invocation)
-                    )
-                except Exception as exc:
-                    if reply_of is None:
-                        raise
-                    raw, acked = await self._resent(call, invocation, exc)
-                reply = AcquireReply.decode(raw)
-            except BaseException as exc:
-                _unsettled(pending)
-                error = self._unanswered(p, call, exc, ticket, target=target, tombstone=tombstone)
-                if error is not None:
-                    raise error from exc
-                raise
-            short = reply.acquired and acked is not None and acked < self.settings.replica_acks
-            if not reply.acquired or reply.stale or short:
-                _unsettled(pending)
-                pending = None
-            if short:
-                # Taken on a primary whose replicas may not have it: a failover now could
-                # lose it unnoticed. Give it back (in turn, to the end even if the caller
-                # is cancelled meanwhile), then say so.
-                giving_back = self._undo(p, call, reply.count, tombstone)
-                await self._s.background.shielded(in_turn(ticket, giving_back))
-                raise ReplicaAckError(
-                    p.name,
-                    acked or 0,
-                    self.settings.replica_acks,
-                    self.settings.replica_ack_timeout,
-                )
-            if not reply.stale or cancel_requested(call.caller, call.mark) or self._core.closed:
-                break
-            self._after_stale(p, call, reply.count, ticket)
-        caller = call.caller
-        # cancel_requested(), inline: asked on every attempt.
-        if self._core.closed or (caller is not None and caller.cancelling() > call.mark):
-            _unsettled(pending)
-            self._cut_short(p, call, reply, ticket, target=target, tombstone=tombstone)
-        if reply.acquired:
-            self._won_in_turn(p, call, reply, ticket, tombstone, sent=sent, pending=pending)
-            return reply
-        ticket.release()
-        return reply
-
-    def _in_turn(self, p: Primitive, call: Call, ticket: Ticket) -> None:
-        """What is checked once the holder's turn came (its end on an error)."""
+async def attempt(engine: Engine, p: Primitive, call: Call) -> AcquireReply:
+    """Run the acquire script once, in the holder's turn, and record a hold it took."""
+    restarts = engine.services.restarts
+    if restarts is not None and (left := await restarts.left_ms(p.key)):
+        # Strict restarts: the server came up too recently for the holds it forgot to
+        # have ended. Not taken; the call waits that long as for a held lock.
+        return AcquireReply(acquired=False, ttl_ms=left)
+    ticket = engine.services.order.join((p.key, call.holder))
+    # An earlier call of this holder (a rollback or release finishing in the
+    # background, another task's call with the same owner=) must land first: this
+    # attempt's target count depends on its outcome.
+    if not ticket.ready:  # spares a coroutine when the turn is free
+        await _wait_turn(ticket)
+    _in_turn(engine, p, call, ticket)
+    runner = engine.services.runner
+    while True:
+        hold = engine.services.holds.get(p.key, call.field)
+        # The count this holder has once the attempt succeeds: a resend that finds it
+        # already there does not count twice, and a rollback undoes exactly this
+        # attempt (a script takes a hold only from the count the holder believes).
+        # A hold known lost counts for nothing: the server no longer has it.
+        target = (hold.count if hold and hold.lost is None else 0) + 1
+        tombstone = acquire_tombstone_key(p.key, engine.request_id())
+        invocation = p.acquire(call, target, tombstone)
+        # Sent here, its reply's future awaited here (no coroutine of the runner's or
+        # of _sent's per attempt); a failed send is taken up by _resent.
+        reply_of = None if runner.acks else runner.send(*invocation)
+        # Read in the same step as the send (a send that raises leaves nothing behind):
+        # the clock read follows the write by microseconds, well inside the guard's
+        # drift margin, and the server runs the command after the write.
+        sent, pending = _send_time(call, hold)
         try:
-            # Closed meanwhile? (The process and loop were checked as the call started:
-            # the same task cannot have moved since.)
-            self._core.check_not_closed()
-            # The holder's calls before this one may have changed what it holds (a write
-            # unlock of the same owner=, say): judge the upgrade rule again, in turn.
-            p.check_acquire(call.holder, self._s.holds)
-        except BaseException:
-            ticket.release()
+            try:
+                raw, acked = (
+                    (await reply_of, None)
+                    if reply_of is not None
+                    else await _sent(engine, call, invocation)
+                )
+            except Exception as exc:
+                if reply_of is None:
+                    raise
+                raw, acked = await _resent(engine, call, invocation, exc)
+            reply = AcquireReply.decode(raw)
+        except BaseException as exc:
+            _unsettled(pending)
+            error = _unanswered(engine, p, call, exc, ticket, target=target, tombstone=tombstone)
+            if error is not None:
+                raise error from exc
             raise
+        short = reply.acquired and acked is not None and acked < engine.settings.replica_acks
+        if not reply.acquired or reply.stale or short:
+            _unsettled(pending)
+            pending = None
+        if short:
+            # Taken on a primary whose replicas may not have it: a failover now could
+            # lose it unnoticed. Give it back (in turn, to the end even if the caller
+            # is cancelled meanwhile), then say so.
+            giving_back = _undo(engine, p, call, reply.count, tombstone)
+            await engine.services.background.shielded(in_turn(ticket, giving_back))
+            raise ReplicaAckError(
+                p.name,
+                acked or 0,
+                engine.settings.replica_acks,
+                engine.settings.replica_ack_timeout,
+            )
+        if not reply.stale or cancel_requested(call.caller, call.mark) or engine.closed:
+            break
+        _after_stale(engine, p, call, reply.count, ticket)
+    caller = call.caller
+    # cancel_requested(), inline: asked on every attempt.
+    if engine.closed or (caller is not None and caller.cancelling() > call.mark):
+        _unsettled(pending)
+        _cut_short(engine, p, call, reply, ticket, target=target, tombstone=tombstone)
+    if reply.acquired:
+        _won_in_turn(engine, p, call, reply, ticket, tombstone, sent=sent, pending=pending)
+        return reply
+    ticket.release()
+    return reply
 
-    def _unanswered(
-        self,
-        p: Primitive,
-        call: Call,
-        exc: BaseException,
-        ticket: Ticket,
-        *,
-        target: int,
-        tombstone: str,
-    ) -> Exception | None:
-        """The attempt's script raised ``exc``: what to raise instead (None: ``exc``)."""
-        kind = failure(exc)
-        if kind is Failure.LOGIN_REFUSED:
-            ticket.release()
-            return None
-        if kind is Failure.FAILED and isinstance(exc, ResponseError):
-            # The script failed before it changed anything: nothing to roll back.
-            ticket.release()
-            return script_error(p.name, p.key, exc)
-        # Cancelled (or cut off) with the script in flight: it may have taken a hold that
-        # nobody will ever release. Give it back in the background, in this holder's turn;
-        # were the server unreachable until the lease ends, that hold ends with it. So too
-        # when the server refused it past the retries (TRYAGAIN, OOM...): an earlier send
-        # that timed out may have run.
-        self._undo_later(p, ticket, call, target, tombstone)
+
+def _in_turn(engine: Engine, p: Primitive, call: Call, ticket: Ticket) -> None:
+    """What is checked once the holder's turn came (its end on an error)."""
+    try:
+        # Closed meanwhile? (The process and loop were checked as the call started:
+        # the same task cannot have moved since.)
+        engine.check_not_closed()
+        # The holder's calls before this one may have changed what it holds (a write
+        # unlock of the same owner=, say): judge the upgrade rule again, in turn.
+        p.check_acquire(call.holder, engine.services.holds)
+    except BaseException:
+        ticket.release()
+        raise
+
+
+def _unanswered(
+    engine: Engine,
+    p: Primitive,
+    call: Call,
+    exc: BaseException,
+    ticket: Ticket,
+    *,
+    target: int,
+    tombstone: str,
+) -> Exception | None:
+    """The attempt's script raised ``exc``: what to raise instead (None: ``exc``)."""
+    kind = failure(exc)
+    if kind is Failure.LOGIN_REFUSED:
+        ticket.release()
         return None
+    if kind is Failure.FAILED and isinstance(exc, ResponseError):
+        # The script failed before it changed anything: nothing to roll back.
+        ticket.release()
+        return script_error(p.name, p.key, exc)
+    # Cancelled (or cut off) with the script in flight: it may have taken a hold that
+    # nobody will ever release. Give it back in the background, in this holder's turn;
+    # were the server unreachable until the lease ends, that hold ends with it. So too
+    # when the server refused it past the retries (TRYAGAIN, OOM...): an earlier send
+    # that timed out may have run.
+    _undo_later(engine, p, ticket, call, target, tombstone)
+    return None
 
-    def _cut_short(
-        self,
-        p: Primitive,
-        call: Call,
-        reply: AcquireReply,
-        ticket: Ticket,
-        *,
-        target: int,
-        tombstone: str,
-    ) -> NoReturn:
-        """Never return a hold, nor go on to wait: the caller was cancelled, or the client closed.
 
-        A cancel swallowed below aiolock, or aclose() while the script was in flight. Undo
-        what the script did: give a hold back, or void the call and leave a fair queue.
-        """
-        undo = reply.count if reply.acquired else target
-        self._undo_later(p, ticket, call, undo, tombstone)
-        if self._core.closed:
-            raise ClientClosedError
+def _cut_short(
+    engine: Engine,
+    p: Primitive,
+    call: Call,
+    reply: AcquireReply,
+    ticket: Ticket,
+    *,
+    target: int,
+    tombstone: str,
+) -> NoReturn:
+    """Never return a hold, nor go on to wait: the caller was cancelled, or the client closed.
+
+    A cancel swallowed below aiolock, or aclose() while the script was in flight. Undo
+    what the script did: give a hold back, or void the call and leave a fair queue.
+    """
+    undo = reply.count if reply.acquired else target
+    _undo_later(engine, p, ticket, call, undo, tombstone)
+    if engine.closed:
+        raise ClientClosedError
+    raise asyncio.CancelledError
+
+
+def _won_in_turn(
+    engine: Engine,
+    p: Primitive,
+    call: Call,
+    reply: AcquireReply,
+    ticket: Ticket,
+    tombstone: str,
+    *,
+    sent: float | None,
+    pending: tuple[HoldRecord, Expiry] | None,
+) -> None:
+    """Record the hold an attempt took, and end the holder's turn."""
+    if call.receipt is not None and reply.token is None:
+        # A fenced acquisition always takes a token: one answered without any (its
+        # counter deleted by hand between a send and its resend) is given back, in
+        # turn, and never returned as held.
+        _unsettled(pending)
+        _undo_later(engine, p, ticket, call, reply.count, tombstone)
+        raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
+    try:
+        expiry = None if pending is None else pending[1]
+        engine.won(p, call, reply.count, token=reply.token, sent=sent, expiry=expiry)
+    finally:
+        ticket.release()
+
+
+async def _resent(
+    engine: Engine, call: Call, invocation: Invocation, exc: Exception
+) -> tuple[Any, int | None]:
+    """After a first send (``runner.send``) whose reply raised ``exc``.
+
+    The runner's own retries (``rerun``: NOSCRIPT, a redirect, a lost connection),
+    then _sent's resends while the server refuses it for a passing state.
+    """
+    runner = engine.services.runner
+    try:
+        return await runner.rerun(exc, *invocation), None
+    except Exception as again:
+        if call.wait == 0 or not runner.passing(again):
+            raise
+        return await _sent(engine, call, invocation, again)
+
+
+async def _sent(
+    engine: Engine, call: Call, invocation: Invocation, refusal: Exception | None = None
+) -> tuple[Any, int | None]:
+    """Run an acquire script; resend it while the server refuses it for a passing state.
+
+    The states: TRYAGAIN in a slot migration, CLUSTERDOWN in a restart, MASTERDOWN,
+    LOADING, BUSY. Resent with a growing pause, within the call's wait (forever with
+    none). A call that does not wait (``wait=0``) gets the refusal after the client's own
+    retries. Each resend is the same command: it counts once whatever an earlier send
+    did (the target count), and its tombstone voids it all for a rollback.
+    ``refusal``: the first send's (made by the caller), to pause after before resending.
+    """
+    runner = engine.services.runner
+    pause = None  # looked up at the first refusal: the plain path spares it
+    while True:
+        if refusal is None:
+            try:
+                return await runner.run_acked(*invocation)
+            except Exception as exc:
+                if call.wait == 0 or not runner.passing(exc):
+                    raise
+                refusal = exc
+        if pause is None:
+            pause = engine.settings.retry_interval
+        sleep = pause
+        if call.deadline is not None:
+            sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
+            if sleep <= 0:
+                raise refusal
+        log.debug("aiolock: acquire refused (%r); sent again in %.2f s", refusal, sleep)
+        refusal = None
+        await asyncio.sleep(sleep)
+        engine.check_open()
+        pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)
+
+
+def _after_stale(engine: Engine, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
+    """Believe the server's count of the holder's holds after a stale reply.
+
+    The count was not what this client believed: a hold lost unnoticed (force_unlock,
+    expiry). The attempt is made again unless it is now an upgrade (a write hold lost
+    beside read holds): that is refused, never left to wait for the holder's own read
+    holds.
+    """
+    _resync(engine, p, call, count)
+    try:
+        p.check_acquire(call.holder, engine.services.holds)
+    except LockUpgradeError:
+        ticket.release()
+        raise
+
+
+def _resync(engine: Engine, p: Primitive, call: Call, count: int) -> None:
+    """Make this client's belief the server's ``count`` of the holder's holds."""
+    hold = engine.services.holds.get(p.key, call.field)
+    believed = hold.count if hold else 0
+    if hold is not None and hold.count and hold.lost is None:
+        # Lost without the watchdog noticing yet: report it now, once. The hold stays,
+        # known lost, so that the holder's next unlock() raises LockLostError.
+        engine.services.holds.report_lost(
+            hold, f"the server had {count} of its {believed} hold(s); found by lock()", "lock"
+        )
+    if count:
+        if hold is not None:
+            engine.services.holds.drop(hold)
+        # Holds of this holder that it does not know of (a release that never got an
+        # answer): count them, never renew them; they expire with their lease.
+        log.warning(
+            "aiolock: %s has %d hold(s) on lock %r it did not know of; they are counted "
+            "and expire with their lease",
+            call.holder,
+            count,
+            p.name,
+        )
+        engine.won(p, call, count, lease_ms=engine.settings.lease_ms, announce=False)
+
+
+def _undo_later(
+    engine: Engine, p: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
+) -> None:
+    engine.services.background.complete(ticket, _undo(engine, p, call, target, tombstone))
+
+
+async def _undo(engine: Engine, p: Primitive, call: Call, target: int, tombstone: str) -> None:
+    """Roll back an attempt of ``call`` (by its ``target`` count and tombstone)."""
+
+    async def undo() -> None:
+        # Built in turn: the lease it re-applies depends on the holds left by then.
+        hold = engine.services.holds.get(p.key, call.field)
+        reapply = hold.reapply_ms(engine.settings.lease_ms) if hold else engine.settings.lease_ms
+        # Holds left get that lease again, perhaps shorter than the one a guarded hold
+        # has confirmed: bracketed (whether it re-applied is not told: never raised).
+        expiry = (
+            hold.expiry_sent(asyncio.get_running_loop().time() + reapply / 1000)
+            if hold is not None and hold.guards
+            else None
+        )
+        try:
+            await engine.services.runner.run(*p.rollback(call, target, tombstone, reapply))
+        finally:
+            if expiry is not None:
+                assert hold is not None
+                hold.expiry_settled(expiry, applied=False)
+
+    await engine.until_answered(f"undo an acquire of lock {p.name!r}", undo, call.lease_ms)
+
+
+async def give_up(engine: Engine, p: Primitive, call: Call) -> None:
+    """The call's wait ran out: leave the queue if it has one, then return False."""
+    if p.leaves_queue and not engine.services.waiting.field_waiting(p.key, call.field) > 1:
+        ticket = engine.services.order.join((p.key, call.holder))
+        await engine.services.background.shielded(in_turn(ticket, leave(engine, p, call)))
+    if cancel_requested(call.caller, call.mark):
         raise asyncio.CancelledError
 
-    def _won_in_turn(
-        self,
-        p: Primitive,
-        call: Call,
-        reply: AcquireReply,
-        ticket: Ticket,
-        tombstone: str,
-        *,
-        sent: float | None,
-        pending: tuple[HoldRecord, Expiry] | None,
-    ) -> None:
-        """Record the hold an attempt took, and end the holder's turn."""
-        if call.receipt is not None and reply.token is None:
-            # A fenced acquisition always takes a token: one answered without any (its
-            # counter deleted by hand between a send and its resend) is given back, in
-            # turn, and never returned as held.
-            _unsettled(pending)
-            self._undo_later(p, ticket, call, reply.count, tombstone)
-            raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
-        try:
-            expiry = None if pending is None else pending[1]
-            self._core.won(p, call, reply.count, token=reply.token, sent=sent, expiry=expiry)
-        finally:
-            ticket.release()
 
-    async def _resent(
-        self, call: Call, invocation: Invocation, exc: Exception
-    ) -> tuple[Any, int | None]:
-        """After a first send (``runner.send``) whose reply raised ``exc``.
-
-        The runner's own retries (``rerun``: NOSCRIPT, a redirect, a lost connection),
-        then _sent's resends while the server refuses it for a passing state.
-        """
-        runner = self._s.runner
-        try:
-            return await runner.rerun(exc, *invocation), None
-        except Exception as again:
-            if call.wait == 0 or not runner.passing(again):
-                raise
-            return await self._sent(call, invocation, again)
-
-    async def _sent(
-        self, call: Call, invocation: Invocation, refusal: Exception | None = None
-    ) -> tuple[Any, int | None]:
-        """Run an acquire script; resend it while the server refuses it for a passing state.
-
-        The states: TRYAGAIN in a slot migration, CLUSTERDOWN in a restart, MASTERDOWN,
-        LOADING, BUSY. Resent with a growing pause, within the call's wait (forever with
-        none). A call that does not wait (``wait=0``) gets the refusal after the client's own
-        retries. Each resend is the same command: it counts once whatever an earlier send
-        did (the target count), and its tombstone voids it all for a rollback.
-        ``refusal``: the first send's (made by the caller), to pause after before resending.
-        """
-        runner = self._s.runner
-        pause = None  # looked up at the first refusal: the plain path spares it
-        while True:
-            if refusal is None:
-                try:
-                    return await runner.run_acked(*invocation)
-                except Exception as exc:
-                    if call.wait == 0 or not runner.passing(exc):
-                        raise
-                    refusal = exc
-            if pause is None:
-                pause = self.settings.retry_interval
-            sleep = pause
-            if call.deadline is not None:
-                sleep = min(sleep, call.deadline - asyncio.get_running_loop().time())
-                if sleep <= 0:
-                    raise refusal
-            log.debug("aiolock: acquire refused (%r); sent again in %.2f s", refusal, sleep)
-            refusal = None
-            await asyncio.sleep(sleep)
-            self._core.check_open()
-            pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)
-
-    def _after_stale(self, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
-        """Believe the server's count of the holder's holds after a stale reply.
-
-        The count was not what this client believed: a hold lost unnoticed (force_unlock,
-        expiry). The attempt is made again unless it is now an upgrade (a write hold lost
-        beside read holds): that is refused, never left to wait for the holder's own read
-        holds.
-        """
-        self._resync(p, call, count)
-        try:
-            p.check_acquire(call.holder, self._s.holds)
-        except LockUpgradeError:
-            ticket.release()
-            raise
-
-    def _resync(self, p: Primitive, call: Call, count: int) -> None:
-        """Make this client's belief the server's ``count`` of the holder's holds."""
-        hold = self._s.holds.get(p.key, call.field)
-        believed = hold.count if hold else 0
-        if hold is not None and hold.count and hold.lost is None:
-            # Lost without the watchdog noticing yet: report it now, once. The hold stays,
-            # known lost, so that the holder's next unlock() raises LockLostError.
-            self._s.holds.report_lost(
-                hold, f"the server had {count} of its {believed} hold(s); found by lock()", "lock"
-            )
-        if count:
-            if hold is not None:
-                self._s.holds.drop(hold)
-            # Holds of this holder that it does not know of (a release that never got an
-            # answer): count them, never renew them; they expire with their lease.
-            log.warning(
-                "aiolock: %s has %d hold(s) on lock %r it did not know of; they are counted "
-                "and expire with their lease",
-                call.holder,
-                count,
-                p.name,
-            )
-            self._core.won(p, call, count, lease_ms=self.settings.lease_ms, announce=False)
-
-    def _undo_later(
-        self, p: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
-    ) -> None:
-        self._s.background.complete(ticket, self._undo(p, call, target, tombstone))
-
-    async def _undo(self, p: Primitive, call: Call, target: int, tombstone: str) -> None:
-        """Roll back an attempt of ``call`` (by its ``target`` count and tombstone)."""
-
-        async def undo() -> None:
-            # Built in turn: the lease it re-applies depends on the holds left by then.
-            hold = self._s.holds.get(p.key, call.field)
-            reapply = hold.reapply_ms(self.settings.lease_ms) if hold else self.settings.lease_ms
-            # Holds left get that lease again, perhaps shorter than the one a guarded hold
-            # has confirmed: bracketed (whether it re-applied is not told: never raised).
-            expiry = (
-                hold.expiry_sent(asyncio.get_running_loop().time() + reapply / 1000)
-                if hold is not None and hold.guards
-                else None
-            )
-            try:
-                await self._s.runner.run(*p.rollback(call, target, tombstone, reapply))
-            finally:
-                if expiry is not None:
-                    assert hold is not None
-                    hold.expiry_settled(expiry, applied=False)
-
-        await self._core.until_answered(f"undo an acquire of lock {p.name!r}", undo, call.lease_ms)
-
-    async def give_up(self, p: Primitive, call: Call) -> None:
-        """The call's wait ran out: leave the queue if it has one, then return False."""
-        if p.leaves_queue and not self._s.waiting.field_waiting(p.key, call.field) > 1:
-            ticket = self._s.order.join((p.key, call.holder))
-            await self._s.background.shielded(in_turn(ticket, self.leave(p, call)))
-        if cancel_requested(call.caller, call.mark):
-            raise asyncio.CancelledError
-
-    async def leave(self, p: Primitive, call: Call) -> None:
-        leave = p.leave(call)
-        if leave is None:
-            return
-        invocation, lives_ms = leave
-        # Left in the queue, the entry would hold up everyone behind it until it times
-        # out: resend through connection errors (leaving twice removes nothing more).
-        await self._core.until_answered(
-            f"take a waiter of lock {p.name!r} out of its queue",
-            lambda: self._s.runner.run(*invocation),
-            lives_ms,
-        )
+async def leave(engine: Engine, p: Primitive, call: Call) -> None:
+    leave = p.leave(call)
+    if leave is None:
+        return
+    invocation, lives_ms = leave
+    # Left in the queue, the entry would hold up everyone behind it until it times
+    # out: resend through connection errors (leaving twice removes nothing more).
+    await engine.until_answered(
+        f"take a waiter of lock {p.name!r} out of its queue",
+        lambda: engine.services.runner.run(*invocation),
+        lives_ms,
+    )
 
 
 async def _wait_turn(ticket: Ticket) -> None:
@@ -405,397 +412,396 @@ def _unsettled(pending: tuple[HoldRecord, Expiry] | None) -> None:
 CUT_OFF = 0.5
 
 
-class Acquirer(Part):
-    """Acquiring a lock (every primitive but the counting ones): the handles' lock() path."""
+def acquire(
+    engine: Engine,
+    p: Primitive,
+    owner: str | None,
+    wait: float | None,
+    lease: float | None,
+    *,
+    receipt: list[int] | None = None,
+    timed: bool = False,
+    bounded: bool = True,
+) -> Coroutine[Any, Any, bool]:
+    """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
 
-    def __init__(self, core: Core, attempts: Attempts, releases: Releases) -> None:
-        super().__init__(core)
-        self._attempts = attempts
-        self._releases = releases
+    ``receipt``: the acquisition's token is appended to it (a fenced lock's).
+    ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
+    With a ``wait``, the call returns within it plus ``CUT_OFF`` whatever the server
+    does (``cancel.within``), unless not ``bounded``: a composite's member, whose call its
+    composite bounds (side by side in one task, where a timeout scope of its own
+    would cancel the whole task).
+    """
+    call = _acquire(engine, p, owner, wait, lease, receipt=receipt, timed=timed)
+    return call if wait is None or not bounded else within(wait + CUT_OFF, call)
 
-    def acquire(
-        self,
-        p: Primitive,
-        owner: str | None,
-        wait: float | None,
-        lease: float | None,
-        *,
-        receipt: list[int] | None = None,
-        timed: bool = False,
-        bounded: bool = True,
-    ) -> Coroutine[Any, Any, bool]:
-        """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
 
-        ``receipt``: the acquisition's token is appended to it (a fenced lock's).
-        ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
-        With a ``wait``, the call returns within it plus ``CUT_OFF`` whatever the server
-        does (``cancel.within``), unless not ``bounded``: a composite's member, whose call its
-        composite bounds (side by side in one task, where a timeout scope of its own
-        would cancel the whole task).
-        """
-        call = self._acquire(p, owner, wait, lease, receipt=receipt, timed=timed)
-        return call if wait is None or not bounded else within(wait + CUT_OFF, call)
-
-    async def _acquire(
-        self,
-        p: Primitive,
-        owner: str | None,
-        wait: float | None,
-        lease: float | None,
-        *,
-        receipt: list[int] | None,
-        timed: bool,
-    ) -> bool:
-        started = monotonic()
-        mark, task = self._core.call_starts()
-        # One coroutine for the whole call (no inner one per acquire): its body is inline.
-        try:
-            services = self._s
-            call = self._call(
-                p,
-                owner,
-                wait,
-                lease,
-                mark=mark,
-                calling=task,
-                receipt=receipt,
-                timed=timed,
-                started=started,
-            )
-            if p.polls:
-                won = await self._acquire_polling(p, call)
-            else:
-                channel = p.channel(call.holder)
-                room = services.waiting
-                sub, waiter, queue_behind = self._join(p, call, channel)
-                if queue_behind:
-                    won = await self._wait(p, call, sub, waiter, room.lease_left_ms(p.key))
-                else:
-                    try:
-                        reply = await self._attempts.attempt(p, call)
-                    except BaseException:
-                        self._unjoin(channel, sub, waiter, leaving=True, mid_attempt=True)
-                        raise
-                    if reply.acquired or (
-                        call.deadline is not None
-                        and asyncio.get_running_loop().time() >= call.deadline
-                    ):
-                        self._unjoin(channel, sub, waiter, leaving=not reply.acquired)
-                        if reply.acquired:
-                            return True
-                        await self._attempts.give_up(p, call)
-                        won = False
-                    else:
-                        won = await self._wait(p, call, sub, waiter, reply.ttl_ms)
-        except BaseException as exc:
-            # A cancel request came while the call ran (swallowed below aiolock, then
-            # another error): the cancel wins, as it would have had it been delivered.
-            if self._failed(p, exc, task, mark, started):
-                raise asyncio.CancelledError from exc
-            raise
-        finally:
-            self._s.background.call_ended()
-        if not won:
-            self._core.events.acquire_failed(p.lock_kind, p.name, monotonic() - started, "timeout")
-        return won
-
-    def _join(
-        self, p: Primitive, call: Call, channel: str
-    ) -> tuple[Subscription | None, Waiter | None, bool]:
-        """Join the lock's subscription before the first attempt, if others wait on it.
-
-        Others of this client already wait on the lock: the call joins their subscription
-        and registers before its first attempt, so that no second attempt is needed to
-        close the race with a release published in between. Also whether it queues behind
-        them.
-        """
-        services = self._s
-        sub = None if call.wait == 0 else services.dispatcher.join(channel)
-        if sub is None:
-            return None, None, False
-        # No barging: local waiters are handed the lock in turn as it is released, so a
-        # newcomer (often the task that just released it) waits its turn. One ahead that
-        # leaves without the lock passes its turn on (WaitingRoom.remove). The holder itself
-        # re-enters at once: it is not competing for a lock it has. Nor does a call whose
-        # holder has another call under way: that one may take the lock, and no message
-        # would then wake this one to re-enter.
-        room = services.waiting
-        holding = services.holds.holding(p.key, call.field) or services.order.busy(
-            (p.key, call.holder)
-        )
-        queue_behind = p.no_barging and room.has_waiters(channel) and not holding
-        return sub, room.add(channel, p.wake_count, shared=p.shared_waits), queue_behind
-
-    def _unjoin(
-        self,
-        channel: str,
-        sub: Subscription | None,
-        waiter: Waiter | None,
-        *,
-        leaving: bool,
-        mid_attempt: bool = False,
-    ) -> None:
-        """Undo ``_join``: the first attempt took the lock, or the call ends without it."""
-        if sub is not None and waiter is not None:
-            self._s.waiting.remove(channel, waiter, leaving=leaving, mid_attempt=mid_attempt)
-            sub.release()
-
-    def _call(
-        self,
-        p: Primitive,
-        owner: str | None,
-        wait: float | None,
-        lease: float | None,
-        *,
-        mark: int,
-        calling: asyncio.Task[Any] | None,
-        receipt: list[int] | None,
-        timed: bool,
-        started: float,
-    ) -> Call:
-        """What the acquire call fixes before its first round trip (``Call``)."""
-        holder, task = self._core.holder(owner, calling)
-        if not self._s.order.busy((p.key, holder)):
-            # Nothing of this holder's under way on the lock: an upgrade is refused now,
-            # without a round trip. Else (a cut-off unlock() finishing in the background,
-            # say) the holds it counts may be on their way out: the attempt judges the rule
-            # in the holder's turn, once they have settled.
-            p.check_acquire(holder, self._s.holds)
-        lease_ms = self.settings.lease_ms if lease is None else max(1, round(lease * 1000))
-        # The loop is looked up only for a deadline (each lookup is a getpid() on 3.11).
-        deadline = None if wait is None else asyncio.get_running_loop().time() + wait
-        return Call(
-            holder,
-            task,
-            p.field(holder),
-            lease_ms,
-            None if lease is None else lease_ms,
+async def _acquire(
+    engine: Engine,
+    p: Primitive,
+    owner: str | None,
+    wait: float | None,
+    lease: float | None,
+    *,
+    receipt: list[int] | None,
+    timed: bool,
+) -> bool:
+    started = monotonic()
+    mark, task = engine.call_starts()
+    # One coroutine for the whole call (no inner one per acquire): its body is inline.
+    try:
+        services = engine.services
+        call = _call(
+            engine,
+            p,
+            owner,
             wait,
-            deadline,
-            mark,
-            receipt,
-            calling,
-            timed,
-            started,
+            lease,
+            mark=mark,
+            calling=task,
+            receipt=receipt,
+            timed=timed,
+            started=started,
         )
-
-    def _failed(
-        self,
-        p: Primitive,
-        exc: BaseException,
-        task: asyncio.Task[Any] | None,
-        mark: int,
-        started: float,
-    ) -> bool:
-        """Report an acquire call that raised ``exc``; whether a cancel must be raised instead.
-
-        A cancel request came while the call ran (swallowed below aiolock, then another
-        error): the cancel wins, as it would have had it been delivered.
-        """
-        cancelled = isinstance(exc, asyncio.CancelledError) or cancel_requested(task, mark)
-        self._core.events.acquire_failed(
-            p.lock_kind,
-            p.name,
-            monotonic() - started,
-            "cancelled"
-            if cancelled
-            else "closed"
-            if isinstance(exc, ClientClosedError)
-            else "error",
-        )
-        return cancelled and not isinstance(exc, asyncio.CancelledError)
-
-    async def _acquire_polling(self, p: Primitive, call: Call) -> bool:
-        """Acquire a lock that publishes nothing (the spin lock): try, pause, try again.
-
-        Each pause is a waiter's bounded wait on the lock's channel in this client's
-        waiting room, never subscribed: nothing from the server wakes it, but this
-        client's own releases do (``_settle_release``), and so does ``aclose()``.
-        """
-        reply = await self._attempts.attempt(p, call)
-        if reply.acquired:
-            return True
-        loop = asyncio.get_running_loop()
-        room = self._s.waiting
-        channel = p.channel(call.holder)
-        room.enter(p.key, call.field)
-        self._core.events.wait_started(p.lock_kind, p.name)
-        try:
-            for pause in p.pauses():
-                if call.deadline is not None:
-                    remaining = call.deadline - loop.time()
-                    if remaining <= 0:
-                        await self._attempts.give_up(p, call)
-                        return False
-                    pause = min(pause, remaining)  # noqa: PLW2901 - bounded by the deadline
-                waiter = room.add(channel, p.wake_count, shared=False)
+        if p.polls:
+            won = await _acquire_polling(engine, p, call)
+        else:
+            channel = p.channel(call.holder)
+            room = services.waiting
+            sub, waiter, queue_behind = _join(engine, p, call, channel)
+            if queue_behind:
+                won = await _wait(engine, p, call, sub, waiter, room.lease_left_ms(p.key))
+            else:
                 try:
-                    self._core.check_open()
-                    await waiter.wait(pause)
-                    self._core.check_open()
-                finally:
-                    room.remove(channel, waiter, leaving=False)
-                if (await self._attempts.attempt(p, call)).acquired:
-                    return True
-        finally:
-            room.leave(p.key, call.field)
-            self._core.events.wait_ended(p.lock_kind, p.name)
-        raise AssertionError("pauses() ended")  # pragma: no cover - an endless iterator
-
-    async def _wait(
-        self,
-        p: Primitive,
-        call: Call,
-        sub: Subscription | None,
-        waiter: Waiter | None,
-        ttl_ms: int,
-    ) -> bool:
-        waiting = self._s.waiting
-        waiting.enter(p.key, call.field)
-        self._core.events.wait_started(p.lock_kind, p.name)
-        waiting.saw_lease(p.key, ttl_ms)
-        try:
-            if sub is None:
-                sub = await self._subscribe(p, call)
-                if sub is None:
-                    await self._attempts.give_up(p, call)
-                    return False
-                waiter = None  # subscribed only now: attempt again before waiting
-            while True:
-                # The subscription stays referenced (and so subscribed) while this waits.
-                outcome = await self._wait_subscribed(p, call, sub, waiter, ttl_ms)
-                if outcome is not None:
-                    return outcome
-                sub = await self._subscribe(p, call)
-                if sub is None:
-                    await self._attempts.give_up(p, call)
-                    return False
-                waiter = None
-        except BaseException:
-            if p.leaves_queue and waiting.field_waiting(p.key, call.field) == 1:
-                # The queue exit takes its place in the holder's line now, so the holder's
-                # next call (a new wait, say) cannot overtake it and be removed by it.
-                self._s.background.complete(
-                    self._s.order.join((p.key, call.holder)), self._attempts.leave(p, call)
-                )
-            raise
-        finally:
-            waiting.leave(p.key, call.field)
-            self._core.events.wait_ended(p.lock_kind, p.name)
-
-    async def _subscribe(self, p: Primitive, call: Call) -> Subscription | None:
-        """Subscribe to ``call``'s channel; None if its deadline came first."""
-        loop = asyncio.get_running_loop()
-        remaining = None if call.deadline is None else call.deadline - loop.time()
-        try:
-            return await self._s.dispatcher.subscribe(p.channel(call.holder), remaining)
-        except ResponseError as exc:
-            # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
-            raise script_error(p.name, p.key, exc) from exc
-
-    async def _wait_subscribed(
-        self, p: Primitive, call: Call, sub: Subscription, waiter: Waiter | None, ttl_ms: int
-    ) -> bool | None:
-        """Wait on ``sub`` (released at the end) until the lock is taken or time is up.
-
-        None: ``sub`` went stale (its cluster slot moved); subscribe again and go on.
-        """
-        loop = asyncio.get_running_loop()
-        room = self._s.waiting
-        channel = p.channel(call.holder)
-        try:
-            # Until the channel's cluster slot moves (its waiters are woken then): the
-            # caller then subscribes where it is served now, before the next attempt.
-            while waiter is not None or not sub.stale:
-                if waiter is None:
-                    # Register before the attempt: a release published while the script is in
-                    # flight then wakes this very waiter, so it is never missed.
-                    waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
-                    try:
-                        reply = await self._attempts.attempt(p, call)
-                    except BaseException:
-                        room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                        raise
-                    if reply.acquired:
-                        room.remove(channel, waiter, leaving=False)
-                        return True
-                    ttl_ms = reply.ttl_ms
-                    self._s.waiting.saw_lease(p.key, ttl_ms)
-                # A lost message costs at most the holder's remaining lease.
-                bound = ttl_ms / 1000 if ttl_ms >= 0 else self.settings.ttl_cap
-                if call.deadline is not None:
-                    remaining = call.deadline - loop.time()
-                    if remaining <= 0:
-                        room.remove(channel, waiter, leaving=True)
-                        await self._attempts.give_up(p, call)
-                        return False
-                    bound = min(bound, remaining)
-                try:
-                    self._core.check_open()
-                    waiter.park(p, call)  # from now on a release may hand it the lock
-                    try:
-                        await waiter.wait(bound)
-                    finally:
-                        waiter.unpark()
-                    self._core.check_open()
-                    taken = None if waiter.offer is None else await self._take(call, waiter.offer)
+                    reply = await attempt(engine, p, call)
                 except BaseException:
-                    self._leave_offer(p, call, waiter.offer)
-                    room.remove(channel, waiter, leaving=True)
+                    _unjoin(engine, channel, sub, waiter, leaving=True, mid_attempt=True)
                     raise
-                if taken is not None:
-                    # Handed the lock (True), or the deadline passed while the hand-over was
-                    # still being decided (False).
-                    if not taken:
-                        self._leave_offer(p, call, waiter.offer)
-                    room.remove(channel, waiter, leaving=not taken)
-                    if not taken:
-                        await self._attempts.give_up(p, call)
-                    return taken
-                room.remove(channel, waiter, leaving=False)
-                waiter = None
-            return None
-        finally:
-            sub.release()
+                if reply.acquired or (
+                    call.deadline is not None and asyncio.get_running_loop().time() >= call.deadline
+                ):
+                    _unjoin(engine, channel, sub, waiter, leaving=not reply.acquired)
+                    if reply.acquired:
+                        return True
+                    await give_up(engine, p, call)
+                    won = False
+                else:
+                    won = await _wait(engine, p, call, sub, waiter, reply.ttl_ms)
+    except BaseException as exc:
+        # A cancel request came while the call ran (swallowed below aiolock, then
+        # another error): the cancel wins, as it would have had it been delivered.
+        if _failed(engine, p, exc, task, mark, started):
+            raise asyncio.CancelledError from exc
+        raise
+    finally:
+        engine.services.background.call_ended()
+    if not won:
+        engine.events.acquire_failed(p.lock_kind, p.name, monotonic() - started, "timeout")
+    return won
 
-    async def _take(self, call: Call, offer: Offer) -> bool | None:
-        """A waiter offered a hand-over: wait for its outcome, bounded by the deadline.
 
-        True: the lock was handed to it (and recorded). False: the deadline came first.
-        None: not handed, or unknown: the waiter goes on as if woken (an attempt of its
-        finds a hold handed to it nonetheless: the script counts it as the target reached).
-        """
-        outcome = offer.outcome
-        if not outcome.done():
-            remaining = None
-            if call.deadline is not None:
-                remaining = call.deadline - asyncio.get_running_loop().time()
-                if remaining <= 0:
-                    return False
-            done, _ = await asyncio.wait([outcome], timeout=remaining)
-            if not done:
-                return False
-        if outcome.result() is not True:
-            return None
-        if self._core.closed:
-            raise ClientClosedError
-        if cancel_requested(call.caller, call.mark):
-            raise asyncio.CancelledError
+def _join(
+    engine: Engine, p: Primitive, call: Call, channel: str
+) -> tuple[Subscription | None, Waiter | None, bool]:
+    """Join the lock's subscription before the first attempt, if others wait on it.
+
+    Others of this client already wait on the lock: the call joins their subscription
+    and registers before its first attempt, so that no second attempt is needed to
+    close the race with a release published in between. Also whether it queues behind
+    them.
+    """
+    services = engine.services
+    sub = None if call.wait == 0 else services.pubsub.join(channel)
+    if sub is None:
+        return None, None, False
+    # No barging: local waiters are handed the lock in turn as it is released, so a
+    # newcomer (often the task that just released it) waits its turn. One ahead that
+    # leaves without the lock passes its turn on (WaitingRoom.remove). The holder itself
+    # re-enters at once: it is not competing for a lock it has. Nor does a call whose
+    # holder has another call under way: that one may take the lock, and no message
+    # would then wake this one to re-enter.
+    room = services.waiting
+    holding = services.holds.holding(p.key, call.field) or services.order.busy((p.key, call.holder))
+    queue_behind = p.no_barging and room.has_waiters(channel) and not holding
+    return sub, room.add(channel, p.wake_count, shared=p.shared_waits), queue_behind
+
+
+def _unjoin(
+    engine: Engine,
+    channel: str,
+    sub: Subscription | None,
+    waiter: Waiter | None,
+    *,
+    leaving: bool,
+    mid_attempt: bool = False,
+) -> None:
+    """Undo ``_join``: the first attempt took the lock, or the call ends without it."""
+    if sub is not None and waiter is not None:
+        engine.services.waiting.remove(channel, waiter, leaving=leaving, mid_attempt=mid_attempt)
+        sub.release()
+
+
+def _call(
+    engine: Engine,
+    p: Primitive,
+    owner: str | None,
+    wait: float | None,
+    lease: float | None,
+    *,
+    mark: int,
+    calling: asyncio.Task[Any] | None,
+    receipt: list[int] | None,
+    timed: bool,
+    started: float,
+) -> Call:
+    """What the acquire call fixes before its first round trip (``Call``)."""
+    holder, task = engine.holder(owner, calling)
+    if not engine.services.order.busy((p.key, holder)):
+        # Nothing of this holder's under way on the lock: an upgrade is refused now,
+        # without a round trip. Else (a cut-off unlock() finishing in the background,
+        # say) the holds it counts may be on their way out: the attempt judges the rule
+        # in the holder's turn, once they have settled.
+        p.check_acquire(holder, engine.services.holds)
+    lease_ms = engine.settings.lease_ms if lease is None else max(1, round(lease * 1000))
+    # The loop is looked up only for a deadline (each lookup is a getpid() on 3.11).
+    deadline = None if wait is None else asyncio.get_running_loop().time() + wait
+    return Call(
+        holder,
+        task,
+        p.field(holder),
+        lease_ms,
+        None if lease is None else lease_ms,
+        wait,
+        deadline,
+        mark,
+        receipt,
+        calling,
+        timed,
+        started,
+    )
+
+
+def _failed(
+    engine: Engine,
+    p: Primitive,
+    exc: BaseException,
+    task: asyncio.Task[Any] | None,
+    mark: int,
+    started: float,
+) -> bool:
+    """Report an acquire call that raised ``exc``; whether a cancel must be raised instead.
+
+    A cancel request came while the call ran (swallowed below aiolock, then another
+    error): the cancel wins, as it would have had it been delivered.
+    """
+    cancelled = isinstance(exc, asyncio.CancelledError) or cancel_requested(task, mark)
+    engine.events.acquire_failed(
+        p.lock_kind,
+        p.name,
+        monotonic() - started,
+        "cancelled" if cancelled else "closed" if isinstance(exc, ClientClosedError) else "error",
+    )
+    return cancelled and not isinstance(exc, asyncio.CancelledError)
+
+
+async def _acquire_polling(engine: Engine, p: Primitive, call: Call) -> bool:
+    """Acquire a lock that publishes nothing (the spin lock): try, pause, try again.
+
+    Each pause is a waiter's bounded wait on the lock's channel in this client's
+    waiting room, never subscribed: nothing from the server wakes it, but this
+    client's own releases do (``_settle_release``), and so does ``aclose()``.
+    """
+    reply = await attempt(engine, p, call)
+    if reply.acquired:
         return True
+    loop = asyncio.get_running_loop()
+    room = engine.services.waiting
+    channel = p.channel(call.holder)
+    room.enter(p.key, call.field)
+    engine.events.wait_started(p.lock_kind, p.name)
+    try:
+        for pause in p.pauses():
+            if call.deadline is not None:
+                remaining = call.deadline - loop.time()
+                if remaining <= 0:
+                    await give_up(engine, p, call)
+                    return False
+                pause = min(pause, remaining)  # noqa: PLW2901 - bounded by the deadline
+            waiter = room.add(channel, p.wake_count, shared=False)
+            try:
+                engine.check_open()
+                await waiter.wait(pause)
+                engine.check_open()
+            finally:
+                room.remove(channel, waiter, leaving=False)
+            if (await attempt(engine, p, call)).acquired:
+                return True
+    finally:
+        room.leave(p.key, call.field)
+        engine.events.wait_ended(p.lock_kind, p.name)
+    raise AssertionError("pauses() ended")  # pragma: no cover - an endless iterator
 
-    def _leave_offer(self, p: Primitive, call: Call, offer: Offer | None) -> None:
-        """A waiter leaves with an offer it will not take: release what it is handed.
 
-        In the holder's turn, so that its next call waits for that release.
-        """
-        if offer is None or (offer.outcome.done() and offer.outcome.result() is False):
-            return
-        offer.abandoned = True
-        if offer.outcome.done() and offer.outcome.result():
-            self._core.disown(p, call)
+async def _wait(
+    engine: Engine,
+    p: Primitive,
+    call: Call,
+    sub: Subscription | None,
+    waiter: Waiter | None,
+    ttl_ms: int,
+) -> bool:
+    waiting = engine.services.waiting
+    waiting.enter(p.key, call.field)
+    engine.events.wait_started(p.lock_kind, p.name)
+    waiting.saw_lease(p.key, ttl_ms)
+    try:
+        if sub is None:
+            sub = await _subscribe(engine, p, call)
+            if sub is None:
+                await give_up(engine, p, call)
+                return False
+            waiter = None  # subscribed only now: attempt again before waiting
+        while True:
+            # The subscription stays referenced (and so subscribed) while this waits.
+            outcome = await _wait_subscribed(engine, p, call, sub, waiter, ttl_ms)
+            if outcome is not None:
+                return outcome
+            sub = await _subscribe(engine, p, call)
+            if sub is None:
+                await give_up(engine, p, call)
+                return False
+            waiter = None
+    except BaseException:
+        if p.leaves_queue and waiting.field_waiting(p.key, call.field) == 1:
+            # The queue exit takes its place in the holder's line now, so the holder's
+            # next call (a new wait, say) cannot overtake it and be removed by it.
+            engine.services.background.complete(
+                engine.services.order.join((p.key, call.holder)), leave(engine, p, call)
+            )
+        raise
+    finally:
+        waiting.leave(p.key, call.field)
+        engine.events.wait_ended(p.lock_kind, p.name)
 
-        async def release_if_handed() -> None:
-            if await offer.outcome:
-                await self._releases.release_later(p, call.holder, call.field)
 
-        self._s.background.complete(self._s.order.join((p.key, call.holder)), release_if_handed())
+async def _subscribe(engine: Engine, p: Primitive, call: Call) -> Subscription | None:
+    """Subscribe to ``call``'s channel; None if its deadline came first."""
+    loop = asyncio.get_running_loop()
+    remaining = None if call.deadline is None else call.deadline - loop.time()
+    try:
+        return await engine.services.pubsub.subscribe(p.channel(call.holder), remaining)
+    except ResponseError as exc:
+        # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
+        raise script_error(p.name, p.key, exc) from exc
+
+
+async def _wait_subscribed(
+    engine: Engine, p: Primitive, call: Call, sub: Subscription, waiter: Waiter | None, ttl_ms: int
+) -> bool | None:
+    """Wait on ``sub`` (released at the end) until the lock is taken or time is up.
+
+    None: ``sub`` went stale (its cluster slot moved); subscribe again and go on.
+    """
+    loop = asyncio.get_running_loop()
+    room = engine.services.waiting
+    channel = p.channel(call.holder)
+    try:
+        # Until the channel's cluster slot moves (its waiters are woken then): the
+        # caller then subscribes where it is served now, before the next attempt.
+        while waiter is not None or not sub.stale:
+            if waiter is None:
+                # Register before the attempt: a release published while the script is in
+                # flight then wakes this very waiter, so it is never missed.
+                waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
+                try:
+                    reply = await attempt(engine, p, call)
+                except BaseException:
+                    room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                    raise
+                if reply.acquired:
+                    room.remove(channel, waiter, leaving=False)
+                    return True
+                ttl_ms = reply.ttl_ms
+                engine.services.waiting.saw_lease(p.key, ttl_ms)
+            # A lost message costs at most the holder's remaining lease.
+            bound = ttl_ms / 1000 if ttl_ms >= 0 else engine.settings.ttl_cap
+            if call.deadline is not None:
+                remaining = call.deadline - loop.time()
+                if remaining <= 0:
+                    room.remove(channel, waiter, leaving=True)
+                    await give_up(engine, p, call)
+                    return False
+                bound = min(bound, remaining)
+            try:
+                engine.check_open()
+                waiter.park(p, call)  # from now on a release may hand it the lock
+                try:
+                    await waiter.wait(bound)
+                finally:
+                    waiter.unpark()
+                engine.check_open()
+                taken = None if waiter.offer is None else await _take(engine, call, waiter.offer)
+            except BaseException:
+                _leave_offer(engine, p, call, waiter.offer)
+                room.remove(channel, waiter, leaving=True)
+                raise
+            if taken is not None:
+                # Handed the lock (True), or the deadline passed while the hand-over was
+                # still being decided (False).
+                if not taken:
+                    _leave_offer(engine, p, call, waiter.offer)
+                room.remove(channel, waiter, leaving=not taken)
+                if not taken:
+                    await give_up(engine, p, call)
+                return taken
+            room.remove(channel, waiter, leaving=False)
+            waiter = None
+        return None
+    finally:
+        sub.release()
+
+
+async def _take(engine: Engine, call: Call, offer: Offer) -> bool | None:
+    """A waiter offered a hand-over: wait for its outcome, bounded by the deadline.
+
+    True: the lock was handed to it (and recorded). False: the deadline came first.
+    None: not handed, or unknown: the waiter goes on as if woken (an attempt of its
+    finds a hold handed to it nonetheless: the script counts it as the target reached).
+    """
+    outcome = offer.outcome
+    if not outcome.done():
+        remaining = None
+        if call.deadline is not None:
+            remaining = call.deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                return False
+        done, _ = await asyncio.wait([outcome], timeout=remaining)
+        if not done:
+            return False
+    if outcome.result() is not True:
+        return None
+    if engine.closed:
+        raise ClientClosedError
+    if cancel_requested(call.caller, call.mark):
+        raise asyncio.CancelledError
+    return True
+
+
+def _leave_offer(engine: Engine, p: Primitive, call: Call, offer: Offer | None) -> None:
+    """A waiter leaves with an offer it will not take: release what it is handed.
+
+    In the holder's turn, so that its next call waits for that release.
+    """
+    if offer is None or (offer.outcome.done() and offer.outcome.result() is False):
+        return
+    offer.abandoned = True
+    if offer.outcome.done() and offer.outcome.result():
+        engine.disown(p, call)
+
+    async def release_if_handed() -> None:
+        if await offer.outcome:
+            await release_later(engine, p, call.holder, call.field)
+
+    engine.services.background.complete(
+        engine.services.order.join((p.key, call.holder)), release_if_handed()
+    )

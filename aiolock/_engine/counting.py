@@ -20,17 +20,16 @@ from .._emitter import fail_reason
 from .._exceptions import ClientClosedError
 from .._keys import acquire_tombstone_key, unlock_latch_key
 from .cancel import cancelled_since
-from .core import Part
 from .failures import Failure, failure
-from .primitive import Outcome, Renewing
-from .replies import script_error
+from .primitive import Outcome, Renewing, script_error
 
 if TYPE_CHECKING:
     from ..events import SemaphoreKind
+    from .engine import Engine
     from .primitive import Invocation, Waitable
     from .waiting import Waiter
 
-__all__ = ("Counting",)
+__all__ = ("await_condition", "change", "let_go_permit", "take", "took_permit")
 
 
 # A wait for a semaphore or a latch re-reads the state at least this often (seconds): a
@@ -49,342 +48,351 @@ PERMIT_RENEWAL = Renewing(
 )
 
 
-class Counting(Part):
-    """The semaphore's, the permit-expirable semaphore's and the count-down latch's calls."""
+async def change(
+    engine: Engine, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+) -> Any:
+    """Run a change of ``w`` (a release of permits, a count-down), exactly once.
 
-    async def change(
-        self, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
-    ) -> Any:
-        """Run a change of ``w`` (a release of permits, a count-down), exactly once.
-
-        ``invocation_for(latch)`` is the script call; ``latch`` is a key of this call alone
-        in which the script keeps its first answer, so that a resend replays it instead of
-        changing ``w`` twice. Cancelled or cut off in flight, the change is finished in the
-        background, resent until answered, as an unlock is; the caller still gets its error.
-        """
-        mark, _ = self._core.call_starts()
-        try:
-            reply = await self._change(w, invocation_for, what)
-        except Exception as exc:
-            if cancelled_since(mark):
-                raise asyncio.CancelledError from exc
-            raise
-        finally:
-            self._s.background.call_ended()
+    ``invocation_for(latch)`` is the script call; ``latch`` is a key of this call alone
+    in which the script keeps its first answer, so that a resend replays it instead of
+    changing ``w`` twice. Cancelled or cut off in flight, the change is finished in the
+    background, resent until answered, as an unlock is; the caller still gets its error.
+    """
+    mark, _ = engine.call_starts()
+    try:
+        reply = await _change(engine, w, invocation_for, what)
+    except Exception as exc:
         if cancelled_since(mark):
-            # Made, but a cancel came meanwhile (swallowed below aiolock): say so.
-            raise asyncio.CancelledError
-        return reply
+            raise asyncio.CancelledError from exc
+        raise
+    finally:
+        engine.services.background.call_ended()
+    if cancelled_since(mark):
+        # Made, but a cancel came meanwhile (swallowed below aiolock): say so.
+        raise asyncio.CancelledError
+    return reply
 
-    async def _change(
-        self, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
-    ) -> Any:
-        latch = unlock_latch_key(w.key, self._core.request_id())
-        invocation = invocation_for(latch)
+
+async def _change(
+    engine: Engine, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+) -> Any:
+    latch = unlock_latch_key(w.key, engine.request_id())
+    invocation = invocation_for(latch)
+    try:
+        reply = await engine.services.runner.run(*invocation)
+    except BaseException as exc:
+        # Refused past the retries (BUSY, TRYAGAIN...), an earlier send may yet have
+        # run (a timeout): finished in the background too, its latch replaying it.
+        kind = failure(exc)
+        if kind.may_have_run:
+            engine.services.background.spawn(_finish_change(engine, w, invocation, latch, what))
+        elif kind is Failure.FAILED and isinstance(exc, ResponseError):
+            raise script_error(w.name, w.key, exc) from exc
+        raise
+    engine.services.latches.add(latch)
+    return reply
+
+
+async def _finish_change(
+    engine: Engine, w: Waitable, invocation: Invocation, latch: str, what: str
+) -> None:
+    """Resend a cut-off change (its latch replays a first send that landed)."""
+    answered = await engine.until_answered(
+        f"{what} {w.name!r}",
+        lambda: engine.services.runner.run(*invocation),
+        engine.settings.resend_window_ms,
+        lost="the change may not have been made",
+    )
+    if answered is not None:
+        engine.services.latches.add(latch)
+
+
+async def take(
+    engine: Engine,
+    w: Waitable,
+    attempt_for: Callable[[str], tuple[Invocation, Invocation]],
+    wait: float | None,
+    decode: Callable[[Any], Outcome],
+    *,
+    kind: SemaphoreKind | None = None,
+) -> bool:
+    """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
+
+    ``kind``: an acquire of that semaphore kind, told as the acquire events (None:
+    a take that is no acquire, drain_permits()).
+
+    ``attempt_for(tombstone)``: one attempt, and the call that undoes it (gives back
+    what it took, if anything, and voids any copy of it still on its way, by the
+    tombstone). A resend of an attempt answers what its first send did. ``decode``
+    reads an attempt's reply: whether it took, and how long at most to wait before
+    the next attempt (None: until woken or re-checking). An attempt cut off in flight,
+    or answered after a cancel, is undone in the background: a cancelled take never
+    keeps what it took.
+    """
+    mark, _ = engine.call_starts()
+
+    async def attempt() -> Outcome:
+        restarts = engine.services.restarts
+        if restarts is not None and (left := await restarts.left_ms(w.key)):
+            # Strict restarts: permits the server forgot may still be in use.
+            return Outcome(done=False, wait=left / 1000)
+        tombstone = acquire_tombstone_key(w.key, engine.request_id())
+        invocation, undo_invocation = attempt_for(tombstone)
+
+        def undo() -> None:
+            engine.services.background.spawn(
+                engine.until_answered(
+                    f"give back what a cancelled call took from {w.name!r}",
+                    lambda: engine.services.runner.run(*undo_invocation),
+                    engine.settings.resend_window_ms,
+                    lost="it stays taken",
+                )
+            )
+
         try:
-            reply = await self._s.runner.run(*invocation)
+            outcome = decode(await engine.services.runner.run(*invocation))
         except BaseException as exc:
-            # Refused past the retries (BUSY, TRYAGAIN...), an earlier send may yet have
-            # run (a timeout): finished in the background too, its latch replaying it.
             kind = failure(exc)
-            if kind.may_have_run:
-                self._s.background.spawn(self._finish_change(w, invocation, latch, what))
-            elif kind is Failure.FAILED and isinstance(exc, ResponseError):
-                raise script_error(w.name, w.key, exc) from exc
-            raise
-        self._s.latches.add(latch)
-        return reply
-
-    async def _finish_change(
-        self, w: Waitable, invocation: Invocation, latch: str, what: str
-    ) -> None:
-        """Resend a cut-off change (its latch replays a first send that landed)."""
-        answered = await self._core.until_answered(
-            f"{what} {w.name!r}",
-            lambda: self._s.runner.run(*invocation),
-            self.settings.resend_window_ms,
-            lost="the change may not have been made",
-        )
-        if answered is not None:
-            self._s.latches.add(latch)
-
-    async def take(
-        self,
-        w: Waitable,
-        attempt_for: Callable[[str], tuple[Invocation, Invocation]],
-        wait: float | None,
-        decode: Callable[[Any], Outcome],
-        *,
-        kind: SemaphoreKind | None = None,
-    ) -> bool:
-        """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
-
-        ``kind``: an acquire of that semaphore kind, told as the acquire events (None:
-        a take that is no acquire, drain_permits()).
-
-        ``attempt_for(tombstone)``: one attempt, and the call that undoes it (gives back
-        what it took, if anything, and voids any copy of it still on its way, by the
-        tombstone). A resend of an attempt answers what its first send did. ``decode``
-        reads an attempt's reply: whether it took, and how long at most to wait before
-        the next attempt (None: until woken or re-checking). An attempt cut off in flight,
-        or answered after a cancel, is undone in the background: a cancelled take never
-        keeps what it took.
-        """
-        mark, _ = self._core.call_starts()
-
-        async def attempt() -> Outcome:
-            restarts = self._s.restarts
-            if restarts is not None and (left := await restarts.left_ms(w.key)):
-                # Strict restarts: permits the server forgot may still be in use.
-                return Outcome(done=False, wait=left / 1000)
-            tombstone = acquire_tombstone_key(w.key, self._core.request_id())
-            invocation, undo_invocation = attempt_for(tombstone)
-
-            def undo() -> None:
-                self._s.background.spawn(
-                    self._core.until_answered(
-                        f"give back what a cancelled call took from {w.name!r}",
-                        lambda: self._s.runner.run(*undo_invocation),
-                        self.settings.resend_window_ms,
-                        lost="it stays taken",
-                    )
-                )
-
-            try:
-                outcome = decode(await self._s.runner.run(*invocation))
-            except BaseException as exc:
-                kind = failure(exc)
-                if kind is Failure.LOGIN_REFUSED:
-                    raise
-                if kind is Failure.FAILED and isinstance(exc, ResponseError):
-                    raise script_error(w.name, w.key, exc) from exc
-                # Cut off, or refused past the retries after a send that may have run.
-                undo()
+            if kind is Failure.LOGIN_REFUSED:
                 raise
-            if self._core.closed or cancelled_since(mark):
-                if outcome.done:
-                    undo()
-                if self._core.closed:
-                    raise ClientClosedError
-                raise asyncio.CancelledError
-            if outcome.done and w.receipts:
-                # Taken for good: no resend or undo will look for the receipt any more.
-                self._s.latches.add(tombstone)
-            return outcome
-
-        started = monotonic()
-        events = self._core.events
-        try:
-            taken = await self._wait_for(w, attempt, wait, kind)
-        except BaseException as exc:
-            cancelled = isinstance(exc, asyncio.CancelledError) or cancelled_since(mark)
-            if kind is not None:
-                events.acquire_failed(
-                    kind, w.name, monotonic() - started, fail_reason(exc, cancelled=cancelled)
-                )
-            if cancelled and not isinstance(exc, asyncio.CancelledError):
-                raise asyncio.CancelledError from exc
+            if kind is Failure.FAILED and isinstance(exc, ResponseError):
+                raise script_error(w.name, w.key, exc) from exc
+            # Cut off, or refused past the retries after a send that may have run.
+            undo()
             raise
-        finally:
-            self._s.background.call_ended()
-        if kind is not None:
-            if taken:
-                events.acquired(kind, w.name, "", monotonic() - started, reentrant=False)
-            else:
-                events.acquire_failed(kind, w.name, monotonic() - started, "timeout")
-        return taken
-
-    def took_permit(self, w: Waitable, permit: str, timeouts: str) -> None:
-        """Record a permit (its hex id) that the watchdog renews while the calling task lives.
-
-        Called right after the take returned, with no await in between: a cancel cannot
-        come between the permit taken and its renewal. ``timeouts``: the ZSET whose score
-        of the permit the renewal moves forward (``psem_renew.lua``).
-        """
-        self._s.holds.acquired(
-            key=w.key,
-            field=permit,
-            name=w.name,
-            holder=f"permit {permit}",
-            task=asyncio.current_task(),
-            count=1,
-            lease_ms=None,
-            renewing=PERMIT_RENEWAL,
-            extra=timeouts,
-        )
-
-    def let_go_permit(self, w: Waitable, permit: str) -> tuple[bool, str | None]:
-        """Stop renewing a permit about to be released: was it renewed, why was it lost.
-
-        The reason is None if it was not found lost. Called before the release is sent:
-        should the release never land, the permit runs out with its lease instead of
-        staying taken, renewed, by nobody's knowledge.
-        """
-        hold = self._s.holds.get(w.key, permit)
-        if hold is None or hold.renewing is not PERMIT_RENEWAL:
-            return False, None
-        lost = hold.lost
-        self._s.holds.drop(hold)
-        return True, lost
-
-    async def await_condition(
-        self, w: Waitable, holds: Callable[[], Awaitable[bool]], wait: float | None
-    ) -> bool:
-        """Wait until ``holds()`` (a read: a latch at zero) is true, within ``wait``."""
-        mark, _ = self._core.call_starts()
-
-        async def attempt() -> Outcome:
-            return Outcome(await holds())
-
-        try:
-            done = await self._wait_for(w, attempt, wait)
-        finally:
-            self._s.background.call_ended()
-        if cancelled_since(mark):
+        if engine.closed or cancelled_since(mark):
+            if outcome.done:
+                undo()
+            if engine.closed:
+                raise ClientClosedError
             raise asyncio.CancelledError
-        return done
+        if outcome.done and w.receipts:
+            # Taken for good: no resend or undo will look for the receipt any more.
+            engine.services.latches.add(tombstone)
+        return outcome
 
-    async def _wait_for(
-        self,
-        w: Waitable,
-        attempt: Callable[[], Awaitable[Outcome]],
-        wait: float | None,
-        kind: SemaphoreKind | None = None,
-    ) -> bool:
-        """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
+    started = monotonic()
+    events = engine.events
+    try:
+        taken = await _wait_for(engine, w, attempt, wait, kind)
+    except BaseException as exc:
+        cancelled = isinstance(exc, asyncio.CancelledError) or cancelled_since(mark)
+        if kind is not None:
+            events.acquire_failed(
+                kind, w.name, monotonic() - started, fail_reason(exc, cancelled=cancelled)
+            )
+        if cancelled and not isinstance(exc, asyncio.CancelledError):
+            raise asyncio.CancelledError from exc
+        raise
+    finally:
+        engine.services.background.call_ended()
+    if kind is not None:
+        if taken:
+            events.acquired(kind, w.name, "", monotonic() - started, reentrant=False)
+        else:
+            events.acquire_failed(kind, w.name, monotonic() - started, "timeout")
+    return taken
 
-        ``kind``: its wait is told as a ``Waiting`` of that kind (None: not told).
 
-        As a lock's wait: the waiter registers before each attempt, so a message published
-        while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
-        message costs latency, never liveness (and by the attempt's own hint: the next
-        permit to expire); a waiter woken for nothing passes its turn
-        on, so a message that lets someone in is never spent on one that cannot use it.
+def took_permit(engine: Engine, w: Waitable, permit: str, timeouts: str) -> None:
+    """Record a permit (its hex id) that the watchdog renews while the calling task lives.
 
-        No barging (``w.no_barging``): a call that finds this client's waiters on the
-        channel queues behind them without trying, and a take that leaves some available
-        wakes as many waiters as that lets in (``Outcome.left``), so the queue never sits
-        on something free.
-        """
-        room = self._s.waiting
-        channel = w.channel("")
-        queue = wait != 0 and w.no_barging and room.queues_behind(channel)
-        if not queue:
-            first = await self._first_look(channel, attempt)
-            if first or wait == 0:
-                return first
-        deadline = None if wait is None else asyncio.get_running_loop().time() + wait
-        room.enter(w.key, "")
-        self._core.events.wait_started(kind, w.name)
+    Called right after the take returned, with no await in between: a cancel cannot
+    come between the permit taken and its renewal. ``timeouts``: the ZSET whose score
+    of the permit the renewal moves forward (``psem_renew.lua``).
+    """
+    engine.services.holds.acquired(
+        key=w.key,
+        field=permit,
+        name=w.name,
+        holder=f"permit {permit}",
+        task=asyncio.current_task(),
+        count=1,
+        lease_ms=None,
+        renewing=PERMIT_RENEWAL,
+        extra=timeouts,
+    )
+
+
+def let_go_permit(engine: Engine, w: Waitable, permit: str) -> tuple[bool, str | None]:
+    """Stop renewing a permit about to be released: was it renewed, why was it lost.
+
+    The reason is None if it was not found lost. Called before the release is sent:
+    should the release never land, the permit runs out with its lease instead of
+    staying taken, renewed, by nobody's knowledge.
+    """
+    hold = engine.services.holds.get(w.key, permit)
+    if hold is None or hold.renewing is not PERMIT_RENEWAL:
+        return False, None
+    lost = hold.lost
+    engine.services.holds.drop(hold)
+    return True, lost
+
+
+async def await_condition(
+    engine: Engine, w: Waitable, holds: Callable[[], Awaitable[bool]], wait: float | None
+) -> bool:
+    """Wait until ``holds()`` (a read: a latch at zero) is true, within ``wait``."""
+    mark, _ = engine.call_starts()
+
+    async def attempt() -> Outcome:
+        return Outcome(await holds())
+
+    try:
+        done = await _wait_for(engine, w, attempt, wait)
+    finally:
+        engine.services.background.call_ended()
+    if cancelled_since(mark):
+        raise asyncio.CancelledError
+    return done
+
+
+async def _wait_for(
+    engine: Engine,
+    w: Waitable,
+    attempt: Callable[[], Awaitable[Outcome]],
+    wait: float | None,
+    kind: SemaphoreKind | None = None,
+) -> bool:
+    """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
+
+    ``kind``: its wait is told as a ``Waiting`` of that kind (None: not told).
+
+    As a lock's wait: the waiter registers before each attempt, so a message published
+    while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
+    message costs latency, never liveness (and by the attempt's own hint: the next
+    permit to expire); a waiter woken for nothing passes its turn
+    on, so a message that lets someone in is never spent on one that cannot use it.
+
+    No barging (``w.no_barging``): a call that finds this client's waiters on the
+    channel queues behind them without trying, and a take that leaves some available
+    wakes as many waiters as that lets in (``Outcome.left``), so the queue never sits
+    on something free.
+    """
+    room = engine.services.waiting
+    channel = w.channel("")
+    queue = wait != 0 and w.no_barging and room.queues_behind(channel)
+    if not queue:
+        first = await _first_look(engine, channel, attempt)
+        if first or wait == 0:
+            return first
+    deadline = None if wait is None else asyncio.get_running_loop().time() + wait
+    room.enter(w.key, "")
+    engine.events.wait_started(kind, w.name)
+    try:
+        return await _wait_in_line(engine, w, channel, attempt, deadline, queue=queue)
+    finally:
+        room.leave(w.key, "")
+        engine.events.wait_ended(kind, w.name)
+
+
+async def _wait_in_line(
+    engine: Engine,
+    w: Waitable,
+    channel: str,
+    attempt: Callable[[], Awaitable[Outcome]],
+    deadline: float | None,
+    *,
+    queue: bool,
+) -> bool:
+    """``_wait_for``'s wait, once the call is in the waiting room.
+
+    ``queue``: the call queues behind this client's waiters, untried, at first.
+    """
+    room = engine.services.waiting
+    loop = asyncio.get_running_loop()
+    settled = False
+    while True:
+        remaining = None if deadline is None else deadline - loop.time()
+        sub = await engine.services.pubsub.subscribe(channel, remaining)
+        if sub is None:
+            return False
         try:
-            return await self._wait_in_line(w, channel, attempt, deadline, queue=queue)
-        finally:
-            room.leave(w.key, "")
-            self._core.events.wait_ended(kind, w.name)
-
-    async def _wait_in_line(
-        self,
-        w: Waitable,
-        channel: str,
-        attempt: Callable[[], Awaitable[Outcome]],
-        deadline: float | None,
-        *,
-        queue: bool,
-    ) -> bool:
-        """``_wait_for``'s wait, once the call is in the waiting room.
-
-        ``queue``: the call queues behind this client's waiters, untried, at first.
-        """
-        room = self._s.waiting
-        loop = asyncio.get_running_loop()
-        settled = False
-        while True:
-            remaining = None if deadline is None else deadline - loop.time()
-            sub = await self._s.dispatcher.subscribe(channel, remaining)
-            if sub is None:
-                return False
-            try:
-                while not sub.stale:
-                    # Decided with no await before the waiter is in line: those ahead
-                    # wake it as they leave (or take, leaving some).
-                    behind = queue and room.queues_behind(channel)
-                    queue = False
-                    waiter = room.add(
-                        channel,
-                        w.wake_count,
-                        shared=w.shared_waits,
-                        counts_available=w.counts_available,
-                    )
-                    leaving = True
-                    try:
-                        outcome = _QUEUED if behind else await _in_line(waiter, attempt)
-                        # A message that is itself what the wait waits for (a latch's
-                        # "0") settles it, whatever the attempt found since.
-                        if outcome.done or settled or waiter.settled:
-                            leaving = False
-                            self._took(w, channel, waiter, outcome.left)
-                            return True
-                        if outcome.spare:
-                            # Too little left for this call, but some: a waiter behind
-                            # may fit. It gets this call's wake-up, and this call waits
-                            # behind it (nothing is delivered in between: no await).
-                            room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                            waiter = room.add(
-                                channel,
-                                w.wake_count,
-                                shared=w.shared_waits,
-                                counts_available=w.counts_available,
-                            )
-                            waiter.short = True
-                        hint = outcome.wait
-                        bound = _RECHECK if hint is None else min(_RECHECK, hint)
-                        if deadline is not None:
-                            bound = min(bound, deadline - loop.time())
-                            if bound <= 0:
-                                return False
-                        self._core.check_open()
-                        await waiter.wait(bound)
-                        self._core.check_open()
+            while not sub.stale:
+                # Decided with no await before the waiter is in line: those ahead
+                # wake it as they leave (or take, leaving some).
+                behind = queue and room.queues_behind(channel)
+                queue = False
+                waiter = room.add(
+                    channel,
+                    w.wake_count,
+                    shared=w.shared_waits,
+                    counts_available=w.counts_available,
+                )
+                leaving = True
+                try:
+                    outcome = _QUEUED if behind else await _in_line(waiter, attempt)
+                    # A message that is itself what the wait waits for (a latch's
+                    # "0") settles it, whatever the attempt found since.
+                    if outcome.done or settled or waiter.settled:
                         leaving = False
-                        settled = waiter.settled
-                    finally:
-                        # Leaving without what it waits for (deadline, cancel, close):
-                        # a wake-up it was given goes on, as a lock waiter's does, and
-                        # so does the turn of an attempt cut off (calls queued behind
-                        # it count on it).
-                        room.remove(channel, waiter, leaving=leaving, mid_attempt=waiter.trying)
-            finally:
-                sub.release()
+                        _took(engine, w, channel, waiter, outcome.left)
+                        return True
+                    if outcome.spare:
+                        # Too little left for this call, but some: a waiter behind
+                        # may fit. It gets this call's wake-up, and this call waits
+                        # behind it (nothing is delivered in between: no await).
+                        room.remove(channel, waiter, leaving=True, mid_attempt=True)
+                        waiter = room.add(
+                            channel,
+                            w.wake_count,
+                            shared=w.shared_waits,
+                            counts_available=w.counts_available,
+                        )
+                        waiter.short = True
+                    hint = outcome.wait
+                    bound = _RECHECK if hint is None else min(_RECHECK, hint)
+                    if deadline is not None:
+                        bound = min(bound, deadline - loop.time())
+                        if bound <= 0:
+                            return False
+                    engine.check_open()
+                    await waiter.wait(bound)
+                    engine.check_open()
+                    leaving = False
+                    settled = waiter.settled
+                finally:
+                    # Leaving without what it waits for (deadline, cancel, close):
+                    # a wake-up it was given goes on, as a lock waiter's does, and
+                    # so does the turn of an attempt cut off (calls queued behind
+                    # it count on it).
+                    room.remove(channel, waiter, leaving=leaving, mid_attempt=waiter.trying)
+        finally:
+            sub.release()
 
-    async def _first_look(self, channel: str, attempt: Callable[[], Awaitable[Outcome]]) -> bool:
-        """The attempt a call makes before it waits (if it does not queue): True if done."""
-        outcome = await attempt()
-        if outcome.left:
-            # This client's waiters came after it was sent: let in what it left.
-            self._s.waiting.wake_left(channel, outcome.left)
-        return outcome.done
 
-    def _took(self, w: Waitable, channel: str, waiter: Waiter, left: int) -> None:
-        """A waiter took (or found) what it waits for, ``left`` left: wake whom that lets in.
+async def _first_look(
+    engine: Engine, channel: str, attempt: Callable[[], Awaitable[Outcome]]
+) -> bool:
+    """The attempt a call makes before it waits (if it does not queue): True if done."""
+    outcome = await attempt()
+    if outcome.left:
+        # This client's waiters came after it was sent: let in what it left.
+        engine.services.waiting.wake_left(channel, outcome.left)
+    return outcome.done
 
-        Only where messages count what is available (the semaphore): else the waiter's
-        leaving is all.
 
-        A message that came while its take was in flight counted on it (it is awake).
-        Whether the take ran before that message's release (the permit is still there,
-        and ``left`` does not count it) or after it (the take may have had it) the reply
-        cannot tell: its wake-up goes on, at the price of one take for nothing at most.
-        """
-        if not w.counts_available:
-            return
-        room = self._s.waiting
-        counted_on = waiter.event.is_set()
-        # Out of line first: the wake-ups below are for others.
-        room.remove(channel, waiter, leaving=False)
-        if left:
-            room.wake_left(channel, left)
-        if counted_on:
-            room.pass_turn(channel)
+def _took(engine: Engine, w: Waitable, channel: str, waiter: Waiter, left: int) -> None:
+    """A waiter took (or found) what it waits for, ``left`` left: wake whom that lets in.
+
+    Only where messages count what is available (the semaphore): else the waiter's
+    leaving is all.
+
+    A message that came while its take was in flight counted on it (it is awake).
+    Whether the take ran before that message's release (the permit is still there,
+    and ``left`` does not count it) or after it (the take may have had it) the reply
+    cannot tell: its wake-up goes on, at the price of one take for nothing at most.
+    """
+    if not w.counts_available:
+        return
+    room = engine.services.waiting
+    counted_on = waiter.event.is_set()
+    # Out of line first: the wake-ups below are for others.
+    room.remove(channel, waiter, leaving=False)
+    if left:
+        room.wake_left(channel, left)
+    if counted_on:
+        room.pass_turn(channel)
 
 
 async def _in_line(waiter: Waiter, attempt: Callable[[], Awaitable[Outcome]]) -> Outcome:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._config import TimeArg, check_count, wait_seconds
+from .._engine.counting import await_condition, change
 from .._engine.primitive import Invocation, Waitable
 from .._engine.waiting import SETTLES
 from .._keys import latch_channel
@@ -106,7 +107,7 @@ class CountDownLatch:
         """
         n = check_count(count, "count", minimum=0)
         s = self._s
-        return bool(await self._engine.change(s, lambda latch: s.try_set(n, latch), "set"))
+        return bool(await change(self._engine, s, lambda latch: s.try_set(n, latch), "set"))
 
     async def count_down(self) -> None:
         """Take one off the count; at zero the latch opens and its waiters return.
@@ -115,7 +116,7 @@ class CountDownLatch:
         background). A latch already open stays open.
         """
         s = self._s
-        await self._engine.change(s, s.count_down, "count down")
+        await change(self._engine, s, s.count_down, "count down")
 
     async def get_count(self) -> int:
         """The count now (0: open)."""
@@ -128,7 +129,7 @@ class CountDownLatch:
         async def is_open() -> bool:
             return await self._count() == 0
 
-        return await self._engine.await_condition(self._s, is_open, limit)
+        return await await_condition(self._engine, self._s, is_open, limit)
 
     async def _count(self) -> int:
         value = await self._engine.query(self._s, "GET", self._s.key)

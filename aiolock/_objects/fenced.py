@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .._config import TimeArg, lease_seconds, wait_seconds
+from .._engine.acquire import acquire
 from .._engine.primitive import Invocation
 from .._keys import fenced_token_key
 from .._net.scripts import load_script
@@ -72,8 +73,8 @@ class FencedLock(LockHandle):
     async def _guard_acquire(self, wait: float | None, lease: float | None) -> Guarding | None:
         # A guarded hold carries its acquisition's token.
         receipt: list[int] = []
-        if not await self._engine.acquire(
-            self._p, self._owner, wait, lease, receipt=receipt, timed=True
+        if not await acquire(
+            self._engine, self._p, self._owner, wait, lease, receipt=receipt, timed=True
         ):
             return None
         return self._guard_hold(lease, receipt[0])
@@ -81,8 +82,8 @@ class FencedLock(LockHandle):
     async def lock_and_get_token(self, lease: TimeArg = None) -> int:
         """Wait until acquired; return the acquisition's token. ``lease`` as for lock()."""
         receipt: list[int] = []
-        await self._engine.acquire(
-            self._p, self._owner, None, lease_seconds(lease), receipt=receipt
+        await acquire(
+            self._engine, self._p, self._owner, None, lease_seconds(lease), receipt=receipt
         )
         # Acquired means a token in the receipt: a call with one is never handed the lock
         # (Engine._offer), and an acquire reply without a token is refused (Engine._attempt).
@@ -91,7 +92,12 @@ class FencedLock(LockHandle):
     async def try_lock_and_get_token(self, wait: TimeArg = 0, lease: TimeArg = None) -> int | None:
         """As try_lock(); the acquisition's token, or None if ``wait`` ran out."""
         receipt: list[int] = []
-        acquired = await self._engine.acquire(
-            self._p, self._owner, wait_seconds(wait), lease_seconds(lease), receipt=receipt
+        acquired = await acquire(
+            self._engine,
+            self._p,
+            self._owner,
+            wait_seconds(wait),
+            lease_seconds(lease),
+            receipt=receipt,
         )
         return receipt[0] if acquired else None

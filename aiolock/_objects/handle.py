@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, Self
 from redis.exceptions import RedisError
 
 from .._config import TimeArg, check_name, check_owner, lease_seconds, wait_seconds
+from .._engine.acquire import acquire
 from .._engine.guard import Guarded, guarded_hold
+from .._engine.release import hold_of, release, release_soon
 from .._exceptions import LockError, LockTimeoutError, ReleaseError
 
 if TYPE_CHECKING:
@@ -243,13 +245,17 @@ class LockHandle(Acquirable):
         self, wait: float | None, lease: float | None, *, timed: bool = False
     ) -> Awaitable[bool]:
         # The engine's coroutine itself, awaited by the caller: no extra frame per acquire.
-        return self._engine.acquire(self._p, self._owner, wait, lease, timed=timed)
+        return acquire(self._engine, self._p, self._owner, wait, lease, timed=timed)
 
     async def lock(self, lease: TimeArg = None) -> None:
         """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
         # Acquirable.lock(), straight to the engine (no _acquire() call per lock).
-        await self._engine.acquire(
-            self._p, self._owner, None, None if lease is None else lease_seconds(lease)
+        await acquire(
+            self._engine,
+            self._p,
+            self._owner,
+            None,
+            None if lease is None else lease_seconds(lease),
         )
 
     # -- guarded holds --------------------------------------------------------------------
@@ -281,10 +287,10 @@ class LockHandle(Acquirable):
 
     def _record(self) -> HoldRecord | None:
         """The calling holder's hold record on this lock (None: none)."""
-        return self._engine.hold_of(self._p, self._owner)
+        return hold_of(self._engine, self._p, self._owner)
 
     def _guard_release_soon(self) -> None:
-        self._engine.release_soon(self._p, self._owner)
+        release_soon(self._engine, self._p, self._owner)
 
     def _guard_holder(self) -> str:
         return self._engine.holder(self._owner)[0]
@@ -293,7 +299,7 @@ class LockHandle(Acquirable):
 
     async def unlock(self) -> None:
         """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
-        await self._engine.release(self._p, self._owner)
+        await release(self._engine, self._p, self._owner)
 
     async def extend(self, lease: TimeArg) -> None:
         """Make the calling holder's lease ``lease`` seconds from now.

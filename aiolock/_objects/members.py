@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from redis.exceptions import RedisError
 
+from .._engine.acquire import acquire
 from .._exceptions import LockError
 from .handle import LockHandle
 from .side_by_side import Side, SideBySide
@@ -91,8 +92,8 @@ async def try_member(
     itself (a timeout scope of the member's own would cancel the task every member runs
     in, side by side).
     """
-    return await member._engine.acquire(
-        member._p, member._owner, wait, lease, timed=timed, bounded=False
+    return await acquire(
+        member._engine, member._p, member._owner, wait, lease, timed=timed, bounded=False
     )
 
 

@@ -17,6 +17,7 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from .._config import TimeArg, check_count, lease_seconds, wait_seconds
+from .._engine.counting import change, let_go_permit, take, took_permit
 from .._engine.primitive import Invocation, Outcome
 from .._exceptions import LockLostError, LockNotOwnedError, LockTimeoutError
 from .._keys import suffixed
@@ -124,7 +125,7 @@ class PermitExpirableSemaphore(Permits):
         """
         n = check_count(permits, "permits", minimum=0)
         s = self._s
-        await self._engine.change(s, lambda latch: s.set_permits(n, latch), "set permits of")
+        await change(self._engine, s, lambda latch: s.set_permits(n, latch), "set permits of")
 
     async def delete(self) -> bool:
         """Remove the semaphore and its permits taken as Redisson does; True if found.
@@ -193,13 +194,13 @@ class PermitExpirableSemaphore(Permits):
             last[:] = ids
             return s.take(ids, lease_ms, tombstone), s.give_back(ids, tombstone)
 
-        if not await self._engine.take(
-            s, attempt_for, wait, _decode, kind="permit_expirable_semaphore"
+        if not await take(
+            self._engine, s, attempt_for, wait, _decode, kind="permit_expirable_semaphore"
         ):
             return None
         permit = last[0].hex()
         if renewed:
-            self._engine.took_permit(s, permit, s.timeouts)
+            took_permit(self._engine, s, permit, s.timeouts)
         return permit
 
     async def release(self, permit_id: str) -> None:
@@ -215,8 +216,8 @@ class PermitExpirableSemaphore(Permits):
             raise ValueError(f"permit_id must be 32 hex characters, got {permit_id!r}")
         s = self._s
         permit = bytes.fromhex(permit_id)
-        renewed, lost = self._engine.let_go_permit(s, permit_id)
-        done = await self._engine.change(s, lambda latch: s.release(permit, latch), "release")
+        renewed, lost = let_go_permit(self._engine, s, permit_id)
+        done = await change(self._engine, s, lambda latch: s.release(permit, latch), "release")
         if renewed and (lost is not None or int(done) != 1):
             # This client held it: gone is lost (its lease ran out unrenewed, it was
             # reclaimed, the semaphore deleted), not a permit it never had.

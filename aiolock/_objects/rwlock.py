@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._engine.primitive import Invocation, Primitive, Renewing
-from .._engine.replies import as_int
+from .._engine.primitive import Invocation, Primitive, Renewing, as_int
 from .._exceptions import LockUpgradeError
 from .._keys import rwlock_channel, rwlock_timeout_prefix, write_holder
 from .._net.scripts import load_script

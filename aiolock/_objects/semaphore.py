@@ -14,6 +14,7 @@ import contextlib
 from typing import TYPE_CHECKING, Any, Self
 
 from .._config import TimeArg, check_count, wait_seconds
+from .._engine.counting import change, take
 from .._engine.primitive import Invocation, Outcome, Waitable
 from .._exceptions import LockTimeoutError
 from .._keys import semaphore_channel
@@ -156,13 +157,13 @@ class Permits:
         """Set the number of permits if the semaphore has none set yet; True if it was set."""
         n = check_count(permits, "permits", minimum=0)
         s = self._s
-        return bool(await self._engine.change(s, lambda latch: s.try_set(n, latch), "set"))
+        return bool(await change(self._engine, s, lambda latch: s.try_set(n, latch), "set"))
 
     async def add_permits(self, permits: int) -> None:
         """Add ``permits`` (negative: take some away, never waiting)."""
         n = check_count(permits, "permits", minimum=-(2**63))
         s = self._s
-        await self._engine.change(s, lambda latch: s.add(n, latch), "add permits to")
+        await change(self._engine, s, lambda latch: s.add(n, latch), "add permits to")
 
 
 class Semaphore(Permits):
@@ -202,8 +203,8 @@ class Semaphore(Permits):
             drained.append(int(reply[1]))
             return Outcome(done=int(reply[0]) == 1)
 
-        taken = await self._engine.take(
-            s, lambda receipt: (s.drain(receipt), s.undrain(receipt)), 0, decode
+        taken = await take(
+            self._engine, s, lambda receipt: (s.drain(receipt), s.undrain(receipt)), 0, decode
         )
         return drained[-1] if taken else 0
 
@@ -251,7 +252,8 @@ class Semaphore(Permits):
     async def _take(self, permits: int, wait: float | None) -> bool:
         n = check_count(permits, "permits", minimum=1)
         s = self._s
-        return await self._engine.take(
+        return await take(
+            self._engine,
             s,
             lambda receipt: (s.take(n, receipt), s.give_back(n, receipt)),
             wait,
@@ -263,7 +265,7 @@ class Semaphore(Permits):
         """Give back ``permits`` (made once, even if the call is cancelled or cut off)."""
         n = check_count(permits, "permits", minimum=1)
         s = self._s
-        await self._engine.change(s, lambda latch: s.add(n, latch), "release permits of")
+        await change(self._engine, s, lambda latch: s.add(n, latch), "release permits of")
 
     async def __aenter__(self) -> Self:
         await self._take(1, None)

@@ -1,27 +1,26 @@
-"""The pieces of a client that belong to one event loop, built together.
+"""Building the services of a client that belong to one event loop, together.
 
 Connections (commands, pub/sub, the Sentinel watch or the cluster's), the background tasks,
 the renewal, the waiting room, the holders' ordering lines, the bookkeeping of holds, the
-latch sweeper: each is in the module named for it; this module only wires them. Nothing
+latch sweeper, the hand-over policy and the guard's timer: each is in the module named for
+it, and the bundle is ``_engine.engine.LoopServices``; this module only wires them. Nothing
 connects here: the first call does, in its loop. The client builds them at construction
-and again when it moves to a new event loop (``Client._rebind``); the engine gets what it
-uses of them as one bundle (``_engine/services.py``).
+and again when it moves to a new event loop (``Client._rebind``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from redis.asyncio.sentinel import SentinelConnectionPool
 
-from ._engine.background import Background
+from ._engine.background import Background, LatchSweeper
+from ._engine.engine import LoopServices
+from ._engine.guard import Guard
 from ._engine.holds import HoldRegistry
-from ._engine.latches import LatchSweeper
 from ._engine.ordering import CallOrder
 from ._engine.renewal import RenewalService
-from ._engine.services import Services
-from ._engine.waiting import WaitingRoom
+from ._engine.waiting import HandOvers, WaitingRoom
 from ._net.acked import AckedTransport
 from ._net.cluster import Address, Cluster, Connector
 from ._net.cluster_pubsub import ClusterPubSub
@@ -43,45 +42,10 @@ if TYPE_CHECKING:
     from ._config import ClientOptions, Settings
     from ._emitter import Emitter
 
-__all__ = ("LoopPieces", "build_pieces")
+__all__ = ("build_services",)
 
 
-@dataclass(frozen=True, slots=True)
-class LoopPieces:
-    """One event loop's pieces of a client."""
-
-    background: Background
-    waiting: WaitingRoom
-    #: The Sentinel watch (None unless the redis client's pool is a Sentinel pool).
-    sentinel: SentinelWatch | None
-    topology: OneServer | Cluster
-    pubsub: PubSub
-    #: On one server (Sentinel's included) only: its command and pub/sub connections.
-    transport: CommandTransport | None
-    dispatcher: Dispatcher | None
-    runner: ScriptRunner
-    renewal: RenewalService
-    holds: HoldRegistry
-    latches: LatchSweeper
-    order: CallOrder
-    restarts: RestartGrace | None = None
-
-    def services(self) -> Services:
-        """What the engine uses of these pieces."""
-        return Services(
-            runner=self.runner,
-            holds=self.holds,
-            renewal=self.renewal,
-            order=self.order,
-            waiting=self.waiting,
-            dispatcher=self.pubsub,
-            background=self.background,
-            latches=self.latches,
-            restarts=self.restarts,
-        )
-
-
-def build_pieces(
+def build_services(
     options: ClientOptions,
     settings: Settings,
     events: Emitter,
@@ -94,7 +58,7 @@ def build_pieces(
     make_connection: Callable[[], AbstractConnection] | None,
     on_switch: Callable[[str], None],
     connected_to: Callable[[], list[str]],
-) -> LoopPieces:
+) -> LoopServices:
     """Build a client's pieces for the running (or next) event loop.
 
     ``connector`` and ``seeds``: a cluster's (None: one server, whose connections
@@ -173,7 +137,7 @@ def build_pieces(
     # A connection that comes back (a restart without persistence lost every key) has its
     # holds settled by a renewal round at once, not at the next period.
     events.on_reconnected = renewal.reconnected
-    return LoopPieces(
+    return LoopServices(
         background=background,
         waiting=waiting,
         sentinel=sentinel,
@@ -182,6 +146,9 @@ def build_pieces(
         transport=transport,
         dispatcher=one_dispatcher,
         runner=runner,
+        handovers=HandOvers(),
+        # The guarded holds' timer is the loop's own.
+        guard=Guard(settings.lease_ms / 1000),
         renewal=renewal,
         holds=holds,
         latches=LatchSweeper(runner, background.serve),

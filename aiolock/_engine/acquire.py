@@ -329,7 +329,7 @@ async def _undo(engine: Engine, p: Primitive, call: Call, target: int, tombstone
     async def undo() -> None:
         # Built in turn: the lease it re-applies depends on the holds left by then.
         hold = engine.services.holds.get(p.key, call.field)
-        reapply = hold.reapply_ms(engine.settings.lease_ms) if hold else engine.settings.lease_ms
+        reapply = engine.services.holds.reapply_ms(hold)
         # Holds left get that lease again, perhaps shorter than the one a guarded hold
         # has confirmed: bracketed (whether it re-applied is not told: never raised).
         expiry = (
@@ -796,7 +796,7 @@ def _leave_offer(engine: Engine, p: Primitive, call: Call, offer: Offer | None) 
         return
     offer.abandoned = True
     if offer.outcome.done() and offer.outcome.result():
-        engine.disown(p, call)
+        engine.services.holds.disown(p.key, call.field)
 
     async def release_if_handed() -> None:
         if await offer.outcome:

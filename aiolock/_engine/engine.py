@@ -44,6 +44,7 @@ from .._exceptions import ClientClosedError, LockLostError, LockNotOwnedError
 from .._keys import unlock_latch_key
 from .cancel import cancel_mark, cancel_requested, cancelled_since
 from .failures import Failure, failure
+from .holds import Began
 from .primitive import Release, decode_force, decode_release, script_error
 
 if TYPE_CHECKING:
@@ -254,17 +255,8 @@ class Engine:
         confirmed = None if sent is None else sent + call.lease_ms / 1000
         if token is not None and call.receipt is not None:
             call.receipt.append(token)
-        extra = p.hold_extra(call.holder)
-        holds = self.services.holds
-        prior = holds.get(p.key, call.field)
-        # Reentrant: it adds to a hold already announced and still believed held.
-        reentrant = (
-            prior is not None
-            and len(prior.leases) > 0
-            and prior.lost is None
-            and prior.began is not None
-        )
-        hold = holds.acquired(
+        now = monotonic()
+        reentrant = self.services.holds.acquired(
             key=p.key,
             field=call.field,
             name=p.name,
@@ -273,19 +265,17 @@ class Engine:
             count=count,
             lease_ms=call.won_lease if lease_ms is None else lease_ms,
             renewing=p.renewing,
-            extra=extra,
+            extra=p.hold_extra(call.holder),
             confirmed=confirmed,
             expiry=expiry,
+            primitive=p,
+            began=(
+                Began(now, p.lock_kind, p.leader, p.slow_hold(self.events.slow_hold))
+                if announce
+                else None
+            ),
         )
-        hold.primitive = p
         if announce:
-            now = monotonic()
-            if not reentrant:
-                hold.began = now
-                hold.began_as = p.lock_kind
-                hold.leader = p.leader
-                hold.slow_hold = p.slow_hold(self.events.slow_hold)
-                hold.slow_logged = False
             self.events.acquired(
                 p.lock_kind,
                 p.name,
@@ -294,26 +284,6 @@ class Engine:
                 reentrant=reentrant,
                 leader=p.leader,
             )
-
-    def disown(self, p: Primitive, call: Call) -> None:
-        hold = self.services.holds.get(p.key, call.field)
-        if hold is not None:
-            self.services.holds.disown(hold)
-
-    def reapply_ms(self, hold: HoldRecord | None) -> int:
-        lease_ms = self.settings.lease_ms
-        return hold.reapply_ms(lease_ms) if hold else lease_ms
-
-    def held_by_sibling(self, key: str, holder: str) -> str:
-        """Why a non-holder's unlock fails, when another task of this client holds it."""
-        for hold in self.services.holds.on_key(key):
-            if hold.holder != holder and hold.count and hold.task is not None:
-                return (
-                    f"it is held by another task of this client ({hold.task.get_name()}): "
-                    "a lock belongs to the task that acquired it (a child task of gather() "
-                    "or shield() is another task); use owner= to hand a lock over"
-                )
-        return ""
 
     async def until_answered(
         self,
@@ -406,7 +376,9 @@ class Engine:
                 await ticket.wait()
             hold = self.services.holds.get(p.key, field)
             if hold is None or not hold.count:
-                raise LockNotOwnedError(p.name, holder, self.held_by_sibling(p.key, holder))
+                raise LockNotOwnedError(
+                    p.name, holder, self.services.holds.held_by_sibling(p.key, holder)
+                )
             if hold.lost is not None:
                 # Known gone: the holder's unlock() raises it too (the hold is kept for it).
                 raise LockLostError(p.name, holder, hold.lost)

@@ -176,9 +176,7 @@ class Guarding:
         self._over = False
         for record in self._records:
             if record is not None:
-                if record.guards is None:
-                    record.guards = []
-                record.guards.append(self)
+                record.attach_guard(self)
         #: What the body sees (``aiolock.Hold``).
         self.view = Hold(self)
         if self._alive() < need:

@@ -15,7 +15,7 @@ import os
 import weakref
 from dataclasses import dataclass
 from time import monotonic
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from .._emitter import Emitter
 
@@ -60,6 +60,19 @@ class Expiry:
         self.until = until
         #: The earliest ``until`` of this call and every call overlapping it.
         self.floor = until
+
+
+class Began(NamedTuple):
+    """An acquisition's announcement, as its hold's record keeps it for the hold's end."""
+
+    #: When (``time.monotonic()``) it was announced.
+    at: float
+    #: The lock kind that began it (the events' ``kind``).
+    kind: Kind
+    #: A leader's term: its events say ``leader=True``.
+    leader: bool
+    #: Past how long (s) the hold is logged as slow (None: never).
+    slow_hold: float | None
 
 
 @dataclass(eq=False, slots=True)
@@ -194,6 +207,16 @@ class HoldRecord:
         """Whether the watchdog keeps this hold alive."""
         return self.lost is None and None in self.leases
 
+    def attach_guard(self, guard: Any) -> None:
+        """A guarded hold (``guard.Guarding``) watches this one from now on."""
+        if self.guards is None:
+            self.guards = []
+        self.guards.append(guard)
+
+    def logged_slow(self) -> None:
+        """The renewal logged this hold as held past its ``slow_hold``: once is enough."""
+        self.slow_logged = True
+
     def reapply_ms(self, watchdog_ms: int) -> int:
         """The lease an unlock re-applies while holds remain."""
         if None in self.leases or not self.leases:
@@ -282,14 +305,25 @@ class HoldRegistry:
         extra: str = "",
         confirmed: float | None = None,
         expiry: Expiry | None = None,
-    ) -> HoldRecord:
+        primitive: Any = None,
+        began: Began | None = None,
+    ) -> bool:
         """Record a successful acquisition; ``count`` is the server's count after it.
 
         ``confirmed``: until when the acquire's answer shows the lease runs (its send time
         plus its lease); None: no new confirmation. ``expiry``: the acquire's ticket when it
-        was sent for a hold already recorded (``HoldRecord.expiry_sent``).
+        was sent for a hold already recorded (``HoldRecord.expiry_sent``). ``primitive``:
+        the engine's, kept for aclose(). ``began``: the acquisition was announced (None: a
+        hold merely found on the server). Whether it re-entered a hold already announced
+        and still believed held.
         """
         hold = self._holds.get((key, field))
+        reentrant = (
+            hold is not None
+            and len(hold.leases) > 0
+            and hold.lost is None
+            and hold.began is not None
+        )
         if hold is None:
             hold = self._holds[key, field] = HoldRecord(
                 key, field, name, holder, renewing, extra=extra, task=task
@@ -324,7 +358,26 @@ class HoldRegistry:
         # hold.renewed (it is not lost here), the lease just added first.
         if lease_ms is None or None in hold.leases:
             self._renewal.track(hold)
-        return hold
+        hold.primitive = primitive
+        if began is not None and not reentrant:
+            hold.began, hold.began_as, hold.leader, hold.slow_hold = began
+            hold.slow_logged = False
+        return reentrant
+
+    def reapply_ms(self, hold: HoldRecord | None) -> int:
+        """The lease an unlock or a rollback re-applies to the holds ``hold`` keeps."""
+        return hold.reapply_ms(self._watchdog_ms) if hold else self._watchdog_ms
+
+    def held_by_sibling(self, key: str, holder: str) -> str:
+        """Why a non-holder's unlock fails, when another task of this client holds it."""
+        for hold in self.on_key(key):
+            if hold.holder != holder and hold.count and hold.task is not None:
+                return (
+                    f"it is held by another task of this client ({hold.task.get_name()}): "
+                    "a lock belongs to the task that acquired it (a child task of gather() "
+                    "or shield() is another task); use owner= to hand a lock over"
+                )
+        return ""
 
     def released(self, hold: HoldRecord, *, fully: bool) -> None:
         """Record an unlock the server confirmed."""
@@ -374,11 +427,14 @@ class HoldRegistry:
             # A long-lived task takes many holds; only the current ones are kept.
             hold.task_holds.discard(hold)
 
-    def disown(self, hold: HoldRecord) -> None:
-        """Detach ``hold`` from its task, which may end before the hold is released for it.
+    def disown(self, key: str, field: str) -> None:
+        """Detach the hold of ``field`` from its task, which may end before it is released.
 
         A hand-over the task left before it landed: no "ended while held" warning then.
         """
+        hold = self._holds.get((key, field))
+        if hold is None:
+            return
         if hold.task_holds is not None:
             hold.task_holds.discard(hold)
             hold.task_holds = None

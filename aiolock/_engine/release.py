@@ -114,7 +114,7 @@ def _prepare(
     hold = engine.services.holds.get(p.key, field)
     # One latch per unlock call: every resend of this call replays the first result.
     latch = unlock_latch_key(p.key, engine.request_id())
-    reapply = engine.reapply_ms(hold)
+    reapply = engine.services.holds.reapply_ms(hold)
     offer = _offer(engine, p, holder, hold)
     invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
     if hold is not None:
@@ -209,7 +209,7 @@ async def release_later(engine: Engine, p: Primitive, holder: str, field: str) -
     """An unlock() cancelled before its turn: release in the background when it comes."""
     hold = engine.services.holds.get(p.key, field)
     latch = unlock_latch_key(p.key, engine.request_id())
-    reapply = engine.reapply_ms(hold)
+    reapply = engine.services.holds.reapply_ms(hold)
     if hold is not None:
         hold.release_begins(_reapply_until(hold, reapply))
     invocation = p.release(field, reapply, latch)
@@ -286,7 +286,9 @@ def _settle_release(
                 services.holds.report_lost(hold, f"{why}; found by unlock()", "unlock")
             services.holds.drop(hold)
             raise LockLostError(p.name, holder, why)
-        raise LockNotOwnedError(p.name, holder, engine.held_by_sibling(p.key, holder))
+        raise LockNotOwnedError(
+            p.name, holder, engine.services.holds.held_by_sibling(p.key, holder)
+        )
     services.latches.add(latch)
     if result is Release.FREED and p.polls:
         # Nothing was published: this client's own waiters need not wait out a pause.
@@ -354,7 +356,7 @@ def _settle_offer(
         # hold: the kind it waits for (which takes a hand-over from this one).
         engine.won(offer.heir, offer.call, 1, sent=offer.sent)
         if offer.abandoned:
-            engine.disown(offer.heir, offer.call)
+            engine.services.holds.disown(offer.heir.key, offer.call.field)
         offer.settle(handed=True)
         return
     offer.settle(handed=None if result is None else False)

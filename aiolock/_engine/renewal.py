@@ -304,7 +304,7 @@ class RenewalService:
                 and not hold.slow_logged
                 and now - began > limit
             ):
-                hold.slow_logged = True
+                hold.logged_slow()
                 events.held_long(hold.began_as, hold.name, hold.holder, now - began, limit)
 
     def _rounds_answered(self, rounds: list[_Round], done: list[asyncio.Task[bool]]) -> None:

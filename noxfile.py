@@ -290,7 +290,20 @@ def bench(session: nox.Session) -> None:
     ``-- --full --pin --update-results`` refreshes the committed results. Other arguments
     after ``--`` go to ``python -m benchmarks`` (benchmarks/README.md)."""
     bench_args = _install_wheel(session, "bench")
-    session.run("python", "-m", "benchmarks", *bench_args)
+    # The wheel is what is measured, not the work tree: with the current directory off
+    # sys.path (PYTHONSAFEPATH) and only the benchmarks package on it (a link), an edit
+    # made while the run goes on cannot reach its worker processes.
+    path = Path(session.create_tmp()) / "bench-path"
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir()
+    (path / "benchmarks").symlink_to(Path(__file__).parent / "benchmarks")
+    session.run(
+        "python",
+        "-m",
+        "benchmarks",
+        *bench_args,
+        env={"PYTHONSAFEPATH": "1", "PYTHONPATH": str(path)},
+    )
 
 
 @nox.session

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import aiolock
 from aiolock.testing import redis_server
 
 from . import _redisson
@@ -458,6 +459,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "server": srv,
                 "environment": environment(),
                 "argv": sys.argv[1:] if argv is None else list(argv),
+                # An installed wheel (nox -s bench) or the work tree, whose edits during the
+                # run would reach the worker processes started later.
+                "aiolock_from": str(Path(aiolock.__file__).parent),
             },
             "impls": impls,
             "summary": summary,

@@ -122,7 +122,7 @@ def markdown(result: Mapping[str, Any]) -> str:
         ", loopback",
         f"- Python {env['python']} ({env['implementation']}), {env['platform']}",
         f"- CPU: {env['cpu_model']}, {env['cpu_count']} cores",
-        f"- packages: {pkgs}",
+        f"- packages: {pkgs}; aiolock imported from {meta.get('aiolock_from', 'not recorded')}",
         "",
         "Peers that could not run:",
         "",

@@ -248,7 +248,7 @@ def key_of(handle: LockHandle) -> str:
 
 def primitive_of(handle: LockHandle) -> Primitive:
     """The handle's primitive: its lock kind's scripts, keys and channel."""
-    return handle._p
+    return handle._primitive
 
 
 def owner_of(handle: LockHandle) -> str | None:

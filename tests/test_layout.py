@@ -182,6 +182,6 @@ def test_tests_reach_internals_only_through_inside() -> None:
 
     The next move of an internal piece then changes one test module, not forty.
     """
-    assert {"_services", "_engine", "_key", "_p"} <= _read_inside()
+    assert {"_services", "_engine", "_key", "_primitive"} <= _read_inside()
     found = _reaches_inside(Path(__file__).parent)
     assert not found, "read through tests/inside.py instead:\n" + "\n".join(found)

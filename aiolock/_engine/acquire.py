@@ -53,30 +53,30 @@ log = logging.getLogger("aiolock")
 _BACKOFF_CAP = 1.0
 
 
-async def attempt(engine: Engine, p: Primitive, call: Call) -> AcquireReply:
+async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireReply:
     """Run the acquire script once, in the holder's turn, and record a hold it took."""
     restarts = engine.services.restarts
-    if restarts is not None and (left := await restarts.left_ms(p.key)):
+    if restarts is not None and (left := await restarts.left_ms(primitive.key)):
         # Strict restarts: the server came up too recently for the holds it forgot to
         # have ended. Not taken; the call waits that long as for a held lock.
         return AcquireReply(acquired=False, ttl_ms=left)
-    ticket = engine.services.order.join((p.key, call.holder))
+    ticket = engine.services.order.join((primitive.key, call.holder))
     # An earlier call of this holder (a rollback or release finishing in the
     # background, another task's call with the same owner=) must land first: this
     # attempt's target count depends on its outcome.
     if not ticket.ready:  # spares a coroutine when the turn is free
         await _wait_turn(ticket)
-    _in_turn(engine, p, call, ticket)
+    _in_turn(engine, primitive, call, ticket)
     runner = engine.services.runner
     while True:
-        hold = engine.services.holds.get(p.key, call.field)
+        hold = engine.services.holds.get(primitive.key, call.field)
         # The count this holder has once the attempt succeeds: a resend that finds it
         # already there does not count twice, and a rollback undoes exactly this
         # attempt (a script takes a hold only from the count the holder believes).
         # A hold known lost counts for nothing: the server no longer has it.
         target = (hold.count if hold and hold.lost is None else 0) + 1
-        tombstone = acquire_tombstone_key(p.key, engine.request_id())
-        invocation = p.acquire(call, target, tombstone)
+        tombstone = acquire_tombstone_key(primitive.key, engine.request_id())
+        invocation = primitive.acquire(call, target, tombstone)
         # Sent here, its reply's future awaited here (no coroutine of the runner's or
         # of _sent's per attempt); a failed send is taken up by _resent.
         reply_of = None if runner.acks else runner.send(*invocation)
@@ -98,7 +98,9 @@ async def attempt(engine: Engine, p: Primitive, call: Call) -> AcquireReply:
             reply = AcquireReply.decode(raw)
         except BaseException as exc:
             _unsettled(pending)
-            error = _unanswered(engine, p, call, exc, ticket, target=target, tombstone=tombstone)
+            error = _unanswered(
+                engine, primitive, call, exc, ticket, target=target, tombstone=tombstone
+            )
             if error is not None:
                 raise error from exc
             raise
@@ -110,30 +112,30 @@ async def attempt(engine: Engine, p: Primitive, call: Call) -> AcquireReply:
             # Taken on a primary whose replicas may not have it: a failover now could
             # lose it unnoticed. Give it back (in turn, to the end even if the caller
             # is cancelled meanwhile), then say so.
-            giving_back = _undo(engine, p, call, reply.count, tombstone)
+            giving_back = _undo(engine, primitive, call, reply.count, tombstone)
             await engine.services.background.shielded(in_turn(ticket, giving_back))
             raise ReplicaAckError(
-                p.name,
+                primitive.name,
                 acked or 0,
                 engine.settings.replica_acks,
                 engine.settings.replica_ack_timeout,
             )
         if not reply.stale or cancel_requested(call.caller, call.mark) or engine.closed:
             break
-        _after_stale(engine, p, call, reply.count, ticket)
+        _after_stale(engine, primitive, call, reply.count, ticket)
     caller = call.caller
     # cancel_requested(), inline: asked on every attempt.
     if engine.closed or (caller is not None and caller.cancelling() > call.mark):
         _unsettled(pending)
-        _cut_short(engine, p, call, reply, ticket, target=target, tombstone=tombstone)
+        _cut_short(engine, primitive, call, reply, ticket, target=target, tombstone=tombstone)
     if reply.acquired:
-        _won_in_turn(engine, p, call, reply, ticket, tombstone, sent=sent, pending=pending)
+        _won_in_turn(engine, primitive, call, reply, ticket, tombstone, sent=sent, pending=pending)
         return reply
     ticket.release()
     return reply
 
 
-def _in_turn(engine: Engine, p: Primitive, call: Call, ticket: Ticket) -> None:
+def _in_turn(engine: Engine, primitive: Primitive, call: Call, ticket: Ticket) -> None:
     """What is checked once the holder's turn came (its end on an error)."""
     try:
         # Closed meanwhile? (The process and loop were checked as the call started:
@@ -141,7 +143,7 @@ def _in_turn(engine: Engine, p: Primitive, call: Call, ticket: Ticket) -> None:
         engine.check_not_closed()
         # The holder's calls before this one may have changed what it holds (a write
         # unlock of the same owner=, say): judge the upgrade rule again, in turn.
-        p.check_acquire(call.holder, engine.services.holds)
+        primitive.check_acquire(call.holder, engine.services.holds)
     except BaseException:
         ticket.release()
         raise
@@ -149,7 +151,7 @@ def _in_turn(engine: Engine, p: Primitive, call: Call, ticket: Ticket) -> None:
 
 def _unanswered(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     call: Call,
     exc: BaseException,
     ticket: Ticket,
@@ -165,19 +167,19 @@ def _unanswered(
     if kind is Failure.FAILED and isinstance(exc, ResponseError):
         # The script failed before it changed anything: nothing to roll back.
         ticket.release()
-        return script_error(p.name, p.key, exc)
+        return script_error(primitive.name, primitive.key, exc)
     # Cancelled (or cut off) with the script in flight: it may have taken a hold that
     # nobody will ever release. Give it back in the background, in this holder's turn;
     # were the server unreachable until the lease ends, that hold ends with it. So too
     # when the server refused it past the retries (TRYAGAIN, OOM...): an earlier send
     # that timed out may have run.
-    _undo_later(engine, p, ticket, call, target, tombstone)
+    _undo_later(engine, primitive, ticket, call, target, tombstone)
     return None
 
 
 def _cut_short(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     call: Call,
     reply: AcquireReply,
     ticket: Ticket,
@@ -191,7 +193,7 @@ def _cut_short(
     what the script did: give a hold back, or void the call and leave a fair queue.
     """
     undo = reply.count if reply.acquired else target
-    _undo_later(engine, p, ticket, call, undo, tombstone)
+    _undo_later(engine, primitive, ticket, call, undo, tombstone)
     if engine.closed:
         raise ClientClosedError
     raise asyncio.CancelledError
@@ -199,7 +201,7 @@ def _cut_short(
 
 def _won_in_turn(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     call: Call,
     reply: AcquireReply,
     ticket: Ticket,
@@ -214,11 +216,11 @@ def _won_in_turn(
         # counter deleted by hand between a send and its resend) is given back, in
         # turn, and never returned as held.
         _unsettled(pending)
-        _undo_later(engine, p, ticket, call, reply.count, tombstone)
-        raise LockError(f"lock {p.name!r}: the server took the hold but gave no token")
+        _undo_later(engine, primitive, ticket, call, reply.count, tombstone)
+        raise LockError(f"lock {primitive.name!r}: the server took the hold but gave no token")
     try:
         expiry = None if pending is None else pending[1]
-        engine.won(p, call, reply.count, token=reply.token, sent=sent, expiry=expiry)
+        engine.won(primitive, call, reply.count, token=reply.token, sent=sent, expiry=expiry)
     finally:
         ticket.release()
 
@@ -276,7 +278,9 @@ async def _sent(
         pause = min(max(pause, 0.01) * 2, _BACKOFF_CAP)
 
 
-def _after_stale(engine: Engine, p: Primitive, call: Call, count: int, ticket: Ticket) -> None:
+def _after_stale(
+    engine: Engine, primitive: Primitive, call: Call, count: int, ticket: Ticket
+) -> None:
     """Believe the server's count of the holder's holds after a stale reply.
 
     The count was not what this client believed: a hold lost unnoticed (force_unlock,
@@ -284,17 +288,17 @@ def _after_stale(engine: Engine, p: Primitive, call: Call, count: int, ticket: T
     beside read holds): that is refused, never left to wait for the holder's own read
     holds.
     """
-    _resync(engine, p, call, count)
+    _resync(engine, primitive, call, count)
     try:
-        p.check_acquire(call.holder, engine.services.holds)
+        primitive.check_acquire(call.holder, engine.services.holds)
     except LockUpgradeError:
         ticket.release()
         raise
 
 
-def _resync(engine: Engine, p: Primitive, call: Call, count: int) -> None:
+def _resync(engine: Engine, primitive: Primitive, call: Call, count: int) -> None:
     """Make this client's belief the server's ``count`` of the holder's holds."""
-    hold = engine.services.holds.get(p.key, call.field)
+    hold = engine.services.holds.get(primitive.key, call.field)
     believed = hold.count if hold else 0
     if hold is not None and hold.count and hold.lost is None:
         # Lost without the watchdog noticing yet: report it now, once. The hold stays,
@@ -312,23 +316,25 @@ def _resync(engine: Engine, p: Primitive, call: Call, count: int) -> None:
             "and expire with their lease",
             call.holder,
             count,
-            p.name,
+            primitive.name,
         )
-        engine.won(p, call, count, lease_ms=engine.settings.lease_ms, announce=False)
+        engine.won(primitive, call, count, lease_ms=engine.settings.lease_ms, announce=False)
 
 
 def _undo_later(
-    engine: Engine, p: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
+    engine: Engine, primitive: Primitive, ticket: Ticket, call: Call, target: int, tombstone: str
 ) -> None:
-    engine.services.background.complete(ticket, _undo(engine, p, call, target, tombstone))
+    engine.services.background.complete(ticket, _undo(engine, primitive, call, target, tombstone))
 
 
-async def _undo(engine: Engine, p: Primitive, call: Call, target: int, tombstone: str) -> None:
+async def _undo(
+    engine: Engine, primitive: Primitive, call: Call, target: int, tombstone: str
+) -> None:
     """Roll back an attempt of ``call`` (by its ``target`` count and tombstone)."""
 
     async def undo() -> None:
         # Built in turn: the lease it re-applies depends on the holds left by then.
-        hold = engine.services.holds.get(p.key, call.field)
+        hold = engine.services.holds.get(primitive.key, call.field)
         reapply = engine.services.holds.reapply_ms(hold)
         # Holds left get that lease again, perhaps shorter than the one a guarded hold
         # has confirmed: bracketed (whether it re-applied is not told: never raised).
@@ -338,33 +344,36 @@ async def _undo(engine: Engine, p: Primitive, call: Call, target: int, tombstone
             else None
         )
         try:
-            await engine.services.runner.run(*p.rollback(call, target, tombstone, reapply))
+            await engine.services.runner.run(*primitive.rollback(call, target, tombstone, reapply))
         finally:
             if expiry is not None:
                 assert hold is not None
                 hold.expiry_settled(expiry, applied=False)
 
-    await engine.until_answered(f"undo an acquire of lock {p.name!r}", undo, call.lease_ms)
+    await engine.until_answered(f"undo an acquire of lock {primitive.name!r}", undo, call.lease_ms)
 
 
-async def give_up(engine: Engine, p: Primitive, call: Call) -> None:
+async def give_up(engine: Engine, primitive: Primitive, call: Call) -> None:
     """The call's wait ran out: leave the queue if it has one, then return False."""
-    if p.leaves_queue and not engine.services.waiting.field_waiting(p.key, call.field) > 1:
-        ticket = engine.services.order.join((p.key, call.holder))
-        await engine.services.background.shielded(in_turn(ticket, leave(engine, p, call)))
+    if (
+        primitive.leaves_queue
+        and not engine.services.waiting.field_waiting(primitive.key, call.field) > 1
+    ):
+        ticket = engine.services.order.join((primitive.key, call.holder))
+        await engine.services.background.shielded(in_turn(ticket, leave(engine, primitive, call)))
     if cancel_requested(call.caller, call.mark):
         raise asyncio.CancelledError
 
 
-async def leave(engine: Engine, p: Primitive, call: Call) -> None:
-    leave = p.leave(call)
+async def leave(engine: Engine, primitive: Primitive, call: Call) -> None:
+    leave = primitive.leave(call)
     if leave is None:
         return
     invocation, lives_ms = leave
     # Left in the queue, the entry would hold up everyone behind it until it times
     # out: resend through connection errors (leaving twice removes nothing more).
     await engine.until_answered(
-        f"take a waiter of lock {p.name!r} out of its queue",
+        f"take a waiter of lock {primitive.name!r} out of its queue",
         lambda: engine.services.runner.run(*invocation),
         lives_ms,
     )
@@ -414,7 +423,7 @@ CUT_OFF = 0.5
 
 def acquire(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     owner: str | None,
     wait: float | None,
     lease: float | None,
@@ -423,7 +432,7 @@ def acquire(
     timed: bool = False,
     bounded: bool = True,
 ) -> Coroutine[Any, Any, bool]:
-    """Acquire ``p`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
+    """Acquire ``primitive`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
 
     ``receipt``: the acquisition's token is appended to it (a fenced lock's).
     ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
@@ -432,13 +441,13 @@ def acquire(
     composite bounds (side by side in one task, where a timeout scope of its own
     would cancel the whole task).
     """
-    call = _acquire(engine, p, owner, wait, lease, receipt=receipt, timed=timed)
+    call = _acquire(engine, primitive, owner, wait, lease, receipt=receipt, timed=timed)
     return call if wait is None or not bounded else within(wait + CUT_OFF, call)
 
 
 async def _acquire(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     owner: str | None,
     wait: float | None,
     lease: float | None,
@@ -453,7 +462,7 @@ async def _acquire(
         services = engine.services
         call = _call(
             engine,
-            p,
+            primitive,
             owner,
             wait,
             lease,
@@ -463,17 +472,19 @@ async def _acquire(
             timed=timed,
             started=started,
         )
-        if p.polls:
-            won = await _acquire_polling(engine, p, call)
+        if primitive.polls:
+            won = await _acquire_polling(engine, primitive, call)
         else:
-            channel = p.channel(call.holder)
+            channel = primitive.channel(call.holder)
             room = services.waiting
-            sub, waiter, queue_behind = _join(engine, p, call, channel)
+            sub, waiter, queue_behind = _join(engine, primitive, call, channel)
             if queue_behind:
-                won = await _wait(engine, p, call, sub, waiter, room.lease_left_ms(p.key))
+                won = await _wait(
+                    engine, primitive, call, sub, waiter, room.lease_left_ms(primitive.key)
+                )
             else:
                 try:
-                    reply = await attempt(engine, p, call)
+                    reply = await attempt(engine, primitive, call)
                 except BaseException:
                     _unjoin(engine, channel, sub, waiter, leaving=True, mid_attempt=True)
                     raise
@@ -483,25 +494,27 @@ async def _acquire(
                     _unjoin(engine, channel, sub, waiter, leaving=not reply.acquired)
                     if reply.acquired:
                         return True
-                    await give_up(engine, p, call)
+                    await give_up(engine, primitive, call)
                     won = False
                 else:
-                    won = await _wait(engine, p, call, sub, waiter, reply.ttl_ms)
+                    won = await _wait(engine, primitive, call, sub, waiter, reply.ttl_ms)
     except BaseException as exc:
         # A cancel request came while the call ran (swallowed below aiolock, then
         # another error): the cancel wins, as it would have had it been delivered.
-        if _failed(engine, p, exc, task, mark, started):
+        if _failed(engine, primitive, exc, task, mark, started):
             raise asyncio.CancelledError from exc
         raise
     finally:
         engine.services.background.call_ended()
     if not won:
-        engine.events.acquire_failed(p.lock_kind, p.name, monotonic() - started, "timeout")
+        engine.events.acquire_failed(
+            primitive.lock_kind, primitive.name, monotonic() - started, "timeout"
+        )
     return won
 
 
 def _join(
-    engine: Engine, p: Primitive, call: Call, channel: str
+    engine: Engine, primitive: Primitive, call: Call, channel: str
 ) -> tuple[Subscription | None, Waiter | None, bool]:
     """Join the lock's subscription before the first attempt, if others wait on it.
 
@@ -521,9 +534,11 @@ def _join(
     # holder has another call under way: that one may take the lock, and no message
     # would then wake this one to re-enter.
     room = services.waiting
-    holding = services.holds.holding(p.key, call.field) or services.order.busy((p.key, call.holder))
-    queue_behind = p.no_barging and room.has_waiters(channel) and not holding
-    return sub, room.add(channel, p.wake_count, shared=p.shared_waits), queue_behind
+    holding = services.holds.holding(primitive.key, call.field) or services.order.busy(
+        (primitive.key, call.holder)
+    )
+    queue_behind = primitive.no_barging and room.has_waiters(channel) and not holding
+    return sub, room.add(channel, primitive.wake_count, shared=primitive.shared_waits), queue_behind
 
 
 def _unjoin(
@@ -543,7 +558,7 @@ def _unjoin(
 
 def _call(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     owner: str | None,
     wait: float | None,
     lease: float | None,
@@ -556,19 +571,19 @@ def _call(
 ) -> Call:
     """What the acquire call fixes before its first round trip (``Call``)."""
     holder, task = engine.holder(owner, calling)
-    if not engine.services.order.busy((p.key, holder)):
+    if not engine.services.order.busy((primitive.key, holder)):
         # Nothing of this holder's under way on the lock: an upgrade is refused now,
         # without a round trip. Else (a cut-off unlock() finishing in the background,
         # say) the holds it counts may be on their way out: the attempt judges the rule
         # in the holder's turn, once they have settled.
-        p.check_acquire(holder, engine.services.holds)
+        primitive.check_acquire(holder, engine.services.holds)
     lease_ms = engine.settings.lease_ms if lease is None else max(1, round(lease * 1000))
     # The loop is looked up only for a deadline (each lookup is a getpid() on 3.11).
     deadline = None if wait is None else asyncio.get_running_loop().time() + wait
     return Call(
         holder,
         task,
-        p.field(holder),
+        primitive.field(holder),
         lease_ms,
         None if lease is None else lease_ms,
         wait,
@@ -583,7 +598,7 @@ def _call(
 
 def _failed(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     exc: BaseException,
     task: asyncio.Task[Any] | None,
     mark: int,
@@ -596,107 +611,113 @@ def _failed(
     """
     cancelled = isinstance(exc, asyncio.CancelledError) or cancel_requested(task, mark)
     engine.events.acquire_failed(
-        p.lock_kind,
-        p.name,
+        primitive.lock_kind,
+        primitive.name,
         monotonic() - started,
         "cancelled" if cancelled else "closed" if isinstance(exc, ClientClosedError) else "error",
     )
     return cancelled and not isinstance(exc, asyncio.CancelledError)
 
 
-async def _acquire_polling(engine: Engine, p: Primitive, call: Call) -> bool:
+async def _acquire_polling(engine: Engine, primitive: Primitive, call: Call) -> bool:
     """Acquire a lock that publishes nothing (the spin lock): try, pause, try again.
 
     Each pause is a waiter's bounded wait on the lock's channel in this client's
     waiting room, never subscribed: nothing from the server wakes it, but this
     client's own releases do (``_settle_release``), and so does ``aclose()``.
     """
-    reply = await attempt(engine, p, call)
+    reply = await attempt(engine, primitive, call)
     if reply.acquired:
         return True
     loop = asyncio.get_running_loop()
     room = engine.services.waiting
-    channel = p.channel(call.holder)
-    room.enter(p.key, call.field)
-    engine.events.wait_started(p.lock_kind, p.name)
+    channel = primitive.channel(call.holder)
+    room.enter(primitive.key, call.field)
+    engine.events.wait_started(primitive.lock_kind, primitive.name)
     try:
-        for pause in p.pauses():
+        for pause in primitive.pauses():
             if call.deadline is not None:
                 remaining = call.deadline - loop.time()
                 if remaining <= 0:
-                    await give_up(engine, p, call)
+                    await give_up(engine, primitive, call)
                     return False
                 pause = min(pause, remaining)  # noqa: PLW2901 - bounded by the deadline
-            waiter = room.add(channel, p.wake_count, shared=False)
+            waiter = room.add(channel, primitive.wake_count, shared=False)
             try:
                 engine.check_open()
                 await waiter.wait(pause)
                 engine.check_open()
             finally:
                 room.remove(channel, waiter, leaving=False)
-            if (await attempt(engine, p, call)).acquired:
+            if (await attempt(engine, primitive, call)).acquired:
                 return True
     finally:
-        room.leave(p.key, call.field)
-        engine.events.wait_ended(p.lock_kind, p.name)
+        room.leave(primitive.key, call.field)
+        engine.events.wait_ended(primitive.lock_kind, primitive.name)
     raise AssertionError("pauses() ended")  # pragma: no cover - an endless iterator
 
 
 async def _wait(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     call: Call,
     sub: Subscription | None,
     waiter: Waiter | None,
     ttl_ms: int,
 ) -> bool:
     waiting = engine.services.waiting
-    waiting.enter(p.key, call.field)
-    engine.events.wait_started(p.lock_kind, p.name)
-    waiting.saw_lease(p.key, ttl_ms)
+    waiting.enter(primitive.key, call.field)
+    engine.events.wait_started(primitive.lock_kind, primitive.name)
+    waiting.saw_lease(primitive.key, ttl_ms)
     try:
         if sub is None:
-            sub = await _subscribe(engine, p, call)
+            sub = await _subscribe(engine, primitive, call)
             if sub is None:
-                await give_up(engine, p, call)
+                await give_up(engine, primitive, call)
                 return False
             waiter = None  # subscribed only now: attempt again before waiting
         while True:
             # The subscription stays referenced (and so subscribed) while this waits.
-            outcome = await _wait_subscribed(engine, p, call, sub, waiter, ttl_ms)
+            outcome = await _wait_subscribed(engine, primitive, call, sub, waiter, ttl_ms)
             if outcome is not None:
                 return outcome
-            sub = await _subscribe(engine, p, call)
+            sub = await _subscribe(engine, primitive, call)
             if sub is None:
-                await give_up(engine, p, call)
+                await give_up(engine, primitive, call)
                 return False
             waiter = None
     except BaseException:
-        if p.leaves_queue and waiting.field_waiting(p.key, call.field) == 1:
+        if primitive.leaves_queue and waiting.field_waiting(primitive.key, call.field) == 1:
             # The queue exit takes its place in the holder's line now, so the holder's
             # next call (a new wait, say) cannot overtake it and be removed by it.
             engine.services.background.complete(
-                engine.services.order.join((p.key, call.holder)), leave(engine, p, call)
+                engine.services.order.join((primitive.key, call.holder)),
+                leave(engine, primitive, call),
             )
         raise
     finally:
-        waiting.leave(p.key, call.field)
-        engine.events.wait_ended(p.lock_kind, p.name)
+        waiting.leave(primitive.key, call.field)
+        engine.events.wait_ended(primitive.lock_kind, primitive.name)
 
 
-async def _subscribe(engine: Engine, p: Primitive, call: Call) -> Subscription | None:
+async def _subscribe(engine: Engine, primitive: Primitive, call: Call) -> Subscription | None:
     """Subscribe to ``call``'s channel; None if its deadline came first."""
     loop = asyncio.get_running_loop()
     remaining = None if call.deadline is None else call.deadline - loop.time()
     try:
-        return await engine.services.pubsub.subscribe(p.channel(call.holder), remaining)
+        return await engine.services.pubsub.subscribe(primitive.channel(call.holder), remaining)
     except ResponseError as exc:
         # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
-        raise script_error(p.name, p.key, exc) from exc
+        raise script_error(primitive.name, primitive.key, exc) from exc
 
 
 async def _wait_subscribed(
-    engine: Engine, p: Primitive, call: Call, sub: Subscription, waiter: Waiter | None, ttl_ms: int
+    engine: Engine,
+    primitive: Primitive,
+    call: Call,
+    sub: Subscription,
+    waiter: Waiter | None,
+    ttl_ms: int,
 ) -> bool | None:
     """Wait on ``sub`` (released at the end) until the lock is taken or time is up.
 
@@ -704,7 +725,7 @@ async def _wait_subscribed(
     """
     loop = asyncio.get_running_loop()
     room = engine.services.waiting
-    channel = p.channel(call.holder)
+    channel = primitive.channel(call.holder)
     try:
         # Until the channel's cluster slot moves (its waiters are woken then): the
         # caller then subscribes where it is served now, before the next attempt.
@@ -712,9 +733,9 @@ async def _wait_subscribed(
             if waiter is None:
                 # Register before the attempt: a release published while the script is in
                 # flight then wakes this very waiter, so it is never missed.
-                waiter = room.add(channel, p.wake_count, shared=p.shared_waits)
+                waiter = room.add(channel, primitive.wake_count, shared=primitive.shared_waits)
                 try:
-                    reply = await attempt(engine, p, call)
+                    reply = await attempt(engine, primitive, call)
                 except BaseException:
                     room.remove(channel, waiter, leaving=True, mid_attempt=True)
                     raise
@@ -722,19 +743,19 @@ async def _wait_subscribed(
                     room.remove(channel, waiter, leaving=False)
                     return True
                 ttl_ms = reply.ttl_ms
-                engine.services.waiting.saw_lease(p.key, ttl_ms)
+                engine.services.waiting.saw_lease(primitive.key, ttl_ms)
             # A lost message costs at most the holder's remaining lease.
             bound = ttl_ms / 1000 if ttl_ms >= 0 else engine.settings.ttl_cap
             if call.deadline is not None:
                 remaining = call.deadline - loop.time()
                 if remaining <= 0:
                     room.remove(channel, waiter, leaving=True)
-                    await give_up(engine, p, call)
+                    await give_up(engine, primitive, call)
                     return False
                 bound = min(bound, remaining)
             try:
                 engine.check_open()
-                waiter.park(p, call)  # from now on a release may hand it the lock
+                waiter.park(primitive, call)  # from now on a release may hand it the lock
                 try:
                     await waiter.wait(bound)
                 finally:
@@ -742,17 +763,17 @@ async def _wait_subscribed(
                 engine.check_open()
                 taken = None if waiter.offer is None else await _take(engine, call, waiter.offer)
             except BaseException:
-                _leave_offer(engine, p, call, waiter.offer)
+                _leave_offer(engine, primitive, call, waiter.offer)
                 room.remove(channel, waiter, leaving=True)
                 raise
             if taken is not None:
                 # Handed the lock (True), or the deadline passed while the hand-over was
                 # still being decided (False).
                 if not taken:
-                    _leave_offer(engine, p, call, waiter.offer)
+                    _leave_offer(engine, primitive, call, waiter.offer)
                 room.remove(channel, waiter, leaving=not taken)
                 if not taken:
-                    await give_up(engine, p, call)
+                    await give_up(engine, primitive, call)
                 return taken
             room.remove(channel, waiter, leaving=False)
             waiter = None
@@ -787,7 +808,7 @@ async def _take(engine: Engine, call: Call, offer: Offer) -> bool | None:
     return True
 
 
-def _leave_offer(engine: Engine, p: Primitive, call: Call, offer: Offer | None) -> None:
+def _leave_offer(engine: Engine, primitive: Primitive, call: Call, offer: Offer | None) -> None:
     """A waiter leaves with an offer it will not take: release what it is handed.
 
     In the holder's turn, so that its next call waits for that release.
@@ -796,12 +817,12 @@ def _leave_offer(engine: Engine, p: Primitive, call: Call, offer: Offer | None) 
         return
     offer.abandoned = True
     if offer.outcome.done() and offer.outcome.result():
-        engine.services.holds.disown(p.key, call.field)
+        engine.services.holds.disown(primitive.key, call.field)
 
     async def release_if_handed() -> None:
         if await offer.outcome:
-            await release_later(engine, p, call.holder, call.field)
+            await release_later(engine, primitive, call.holder, call.field)
 
     engine.services.background.complete(
-        engine.services.order.join((p.key, call.holder)), release_if_handed()
+        engine.services.order.join((primitive.key, call.holder)), release_if_handed()
     )

@@ -49,18 +49,18 @@ PERMIT_RENEWAL = Renewing(
 
 
 async def change(
-    engine: Engine, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+    engine: Engine, waitable: Waitable, invocation_for: Callable[[str], Invocation], what: str
 ) -> Any:
-    """Run a change of ``w`` (a release of permits, a count-down), exactly once.
+    """Run a change of ``waitable`` (a release of permits, a count-down), exactly once.
 
     ``invocation_for(latch)`` is the script call; ``latch`` is a key of this call alone
     in which the script keeps its first answer, so that a resend replays it instead of
-    changing ``w`` twice. Cancelled or cut off in flight, the change is finished in the
+    changing ``waitable`` twice. Cancelled or cut off in flight, the change is finished in the
     background, resent until answered, as an unlock is; the caller still gets its error.
     """
     mark, _ = engine.call_starts()
     try:
-        reply = await _change(engine, w, invocation_for, what)
+        reply = await _change(engine, waitable, invocation_for, what)
     except Exception as exc:
         if cancelled_since(mark):
             raise asyncio.CancelledError from exc
@@ -74,9 +74,9 @@ async def change(
 
 
 async def _change(
-    engine: Engine, w: Waitable, invocation_for: Callable[[str], Invocation], what: str
+    engine: Engine, waitable: Waitable, invocation_for: Callable[[str], Invocation], what: str
 ) -> Any:
-    latch = unlock_latch_key(w.key, engine.request_id())
+    latch = unlock_latch_key(waitable.key, engine.request_id())
     invocation = invocation_for(latch)
     try:
         reply = await engine.services.runner.run(*invocation)
@@ -85,20 +85,22 @@ async def _change(
         # run (a timeout): finished in the background too, its latch replaying it.
         kind = failure(exc)
         if kind.may_have_run:
-            engine.services.background.spawn(_finish_change(engine, w, invocation, latch, what))
+            engine.services.background.spawn(
+                _finish_change(engine, waitable, invocation, latch, what)
+            )
         elif kind is Failure.FAILED and isinstance(exc, ResponseError):
-            raise script_error(w.name, w.key, exc) from exc
+            raise script_error(waitable.name, waitable.key, exc) from exc
         raise
     engine.services.latches.add(latch)
     return reply
 
 
 async def _finish_change(
-    engine: Engine, w: Waitable, invocation: Invocation, latch: str, what: str
+    engine: Engine, waitable: Waitable, invocation: Invocation, latch: str, what: str
 ) -> None:
     """Resend a cut-off change (its latch replays a first send that landed)."""
     answered = await engine.until_answered(
-        f"{what} {w.name!r}",
+        f"{what} {waitable.name!r}",
         lambda: engine.services.runner.run(*invocation),
         engine.settings.resend_window_ms,
         lost="the change may not have been made",
@@ -109,14 +111,14 @@ async def _finish_change(
 
 async def take(
     engine: Engine,
-    w: Waitable,
+    waitable: Waitable,
     attempt_for: Callable[[str], tuple[Invocation, Invocation]],
     wait: float | None,
     decode: Callable[[Any], Outcome],
     *,
     kind: SemaphoreKind | None = None,
 ) -> bool:
-    """Take from ``w`` (a semaphore's permits) once its script lets, within ``wait``.
+    """Take from ``waitable`` (a semaphore's permits) once its script lets, within ``wait``.
 
     ``kind``: an acquire of that semaphore kind, told as the acquire events (None:
     a take that is no acquire, drain_permits()).
@@ -133,16 +135,16 @@ async def take(
 
     async def attempt() -> Outcome:
         restarts = engine.services.restarts
-        if restarts is not None and (left := await restarts.left_ms(w.key)):
+        if restarts is not None and (left := await restarts.left_ms(waitable.key)):
             # Strict restarts: permits the server forgot may still be in use.
             return Outcome(done=False, wait=left / 1000)
-        tombstone = acquire_tombstone_key(w.key, engine.request_id())
+        tombstone = acquire_tombstone_key(waitable.key, engine.request_id())
         invocation, undo_invocation = attempt_for(tombstone)
 
         def undo() -> None:
             engine.services.background.spawn(
                 engine.until_answered(
-                    f"give back what a cancelled call took from {w.name!r}",
+                    f"give back what a cancelled call took from {waitable.name!r}",
                     lambda: engine.services.runner.run(*undo_invocation),
                     engine.settings.resend_window_ms,
                     lost="it stays taken",
@@ -156,7 +158,7 @@ async def take(
             if kind is Failure.LOGIN_REFUSED:
                 raise
             if kind is Failure.FAILED and isinstance(exc, ResponseError):
-                raise script_error(w.name, w.key, exc) from exc
+                raise script_error(waitable.name, waitable.key, exc) from exc
             # Cut off, or refused past the retries after a send that may have run.
             undo()
             raise
@@ -166,7 +168,7 @@ async def take(
             if engine.closed:
                 raise ClientClosedError
             raise asyncio.CancelledError
-        if outcome.done and w.receipts:
+        if outcome.done and waitable.receipts:
             # Taken for good: no resend or undo will look for the receipt any more.
             engine.services.latches.add(tombstone)
         return outcome
@@ -174,12 +176,12 @@ async def take(
     started = monotonic()
     events = engine.events
     try:
-        taken = await _wait_for(engine, w, attempt, wait, kind)
+        taken = await _wait_for(engine, waitable, attempt, wait, kind)
     except BaseException as exc:
         cancelled = isinstance(exc, asyncio.CancelledError) or cancelled_since(mark)
         if kind is not None:
             events.acquire_failed(
-                kind, w.name, monotonic() - started, fail_reason(exc, cancelled=cancelled)
+                kind, waitable.name, monotonic() - started, fail_reason(exc, cancelled=cancelled)
             )
         if cancelled and not isinstance(exc, asyncio.CancelledError):
             raise asyncio.CancelledError from exc
@@ -188,13 +190,13 @@ async def take(
         engine.services.background.call_ended()
     if kind is not None:
         if taken:
-            events.acquired(kind, w.name, "", monotonic() - started, reentrant=False)
+            events.acquired(kind, waitable.name, "", monotonic() - started, reentrant=False)
         else:
-            events.acquire_failed(kind, w.name, monotonic() - started, "timeout")
+            events.acquire_failed(kind, waitable.name, monotonic() - started, "timeout")
     return taken
 
 
-def took_permit(engine: Engine, w: Waitable, permit: str, timeouts: str) -> None:
+def took_permit(engine: Engine, waitable: Waitable, permit: str, timeouts: str) -> None:
     """Record a permit (its hex id) that the watchdog renews while the calling task lives.
 
     Called right after the take returned, with no await in between: a cancel cannot
@@ -202,9 +204,9 @@ def took_permit(engine: Engine, w: Waitable, permit: str, timeouts: str) -> None
     of the permit the renewal moves forward (``psem_renew.lua``).
     """
     engine.services.holds.acquired(
-        key=w.key,
+        key=waitable.key,
         field=permit,
-        name=w.name,
+        name=waitable.name,
         holder=f"permit {permit}",
         task=asyncio.current_task(),
         count=1,
@@ -214,14 +216,14 @@ def took_permit(engine: Engine, w: Waitable, permit: str, timeouts: str) -> None
     )
 
 
-def let_go_permit(engine: Engine, w: Waitable, permit: str) -> tuple[bool, str | None]:
+def let_go_permit(engine: Engine, waitable: Waitable, permit: str) -> tuple[bool, str | None]:
     """Stop renewing a permit about to be released: was it renewed, why was it lost.
 
     The reason is None if it was not found lost. Called before the release is sent:
     should the release never land, the permit runs out with its lease instead of
     staying taken, renewed, by nobody's knowledge.
     """
-    hold = engine.services.holds.get(w.key, permit)
+    hold = engine.services.holds.get(waitable.key, permit)
     if hold is None or hold.renewing is not PERMIT_RENEWAL:
         return False, None
     lost = hold.lost
@@ -230,7 +232,7 @@ def let_go_permit(engine: Engine, w: Waitable, permit: str) -> tuple[bool, str |
 
 
 async def await_condition(
-    engine: Engine, w: Waitable, holds: Callable[[], Awaitable[bool]], wait: float | None
+    engine: Engine, waitable: Waitable, holds: Callable[[], Awaitable[bool]], wait: float | None
 ) -> bool:
     """Wait until ``holds()`` (a read: a latch at zero) is true, within ``wait``."""
     mark, _ = engine.call_starts()
@@ -239,7 +241,7 @@ async def await_condition(
         return Outcome(await holds())
 
     try:
-        done = await _wait_for(engine, w, attempt, wait)
+        done = await _wait_for(engine, waitable, attempt, wait)
     finally:
         engine.services.background.call_ended()
     if cancelled_since(mark):
@@ -249,12 +251,12 @@ async def await_condition(
 
 async def _wait_for(
     engine: Engine,
-    w: Waitable,
+    waitable: Waitable,
     attempt: Callable[[], Awaitable[Outcome]],
     wait: float | None,
     kind: SemaphoreKind | None = None,
 ) -> bool:
-    """Attempt until one succeeds, woken by ``w``'s channel; False once ``wait`` ran out.
+    """Attempt until one succeeds, woken by ``waitable``'s channel; False once ``wait`` ran out.
 
     ``kind``: its wait is told as a ``Waiting`` of that kind (None: not told).
 
@@ -264,31 +266,31 @@ async def _wait_for(
     permit to expire); a waiter woken for nothing passes its turn
     on, so a message that lets someone in is never spent on one that cannot use it.
 
-    No barging (``w.no_barging``): a call that finds this client's waiters on the
+    No barging (``waitable.no_barging``): a call that finds this client's waiters on the
     channel queues behind them without trying, and a take that leaves some available
     wakes as many waiters as that lets in (``Outcome.left``), so the queue never sits
     on something free.
     """
     room = engine.services.waiting
-    channel = w.channel("")
-    queue = wait != 0 and w.no_barging and room.queues_behind(channel)
+    channel = waitable.channel("")
+    queue = wait != 0 and waitable.no_barging and room.queues_behind(channel)
     if not queue:
         first = await _first_look(engine, channel, attempt)
         if first or wait == 0:
             return first
     deadline = None if wait is None else asyncio.get_running_loop().time() + wait
-    room.enter(w.key, "")
-    engine.events.wait_started(kind, w.name)
+    room.enter(waitable.key, "")
+    engine.events.wait_started(kind, waitable.name)
     try:
-        return await _wait_in_line(engine, w, channel, attempt, deadline, queue=queue)
+        return await _wait_in_line(engine, waitable, channel, attempt, deadline, queue=queue)
     finally:
-        room.leave(w.key, "")
-        engine.events.wait_ended(kind, w.name)
+        room.leave(waitable.key, "")
+        engine.events.wait_ended(kind, waitable.name)
 
 
 async def _wait_in_line(
     engine: Engine,
-    w: Waitable,
+    waitable: Waitable,
     channel: str,
     attempt: Callable[[], Awaitable[Outcome]],
     deadline: float | None,
@@ -315,9 +317,9 @@ async def _wait_in_line(
                 queue = False
                 waiter = room.add(
                     channel,
-                    w.wake_count,
-                    shared=w.shared_waits,
-                    counts_available=w.counts_available,
+                    waitable.wake_count,
+                    shared=waitable.shared_waits,
+                    counts_available=waitable.counts_available,
                 )
                 leaving = True
                 try:
@@ -326,7 +328,7 @@ async def _wait_in_line(
                     # "0") settles it, whatever the attempt found since.
                     if outcome.done or settled or waiter.settled:
                         leaving = False
-                        _took(engine, w, channel, waiter, outcome.left)
+                        _took(engine, waitable, channel, waiter, outcome.left)
                         return True
                     if outcome.spare:
                         # Too little left for this call, but some: a waiter behind
@@ -335,9 +337,9 @@ async def _wait_in_line(
                         room.remove(channel, waiter, leaving=True, mid_attempt=True)
                         waiter = room.add(
                             channel,
-                            w.wake_count,
-                            shared=w.shared_waits,
-                            counts_available=w.counts_available,
+                            waitable.wake_count,
+                            shared=waitable.shared_waits,
+                            counts_available=waitable.counts_available,
                         )
                         waiter.short = True
                     hint = outcome.wait
@@ -372,7 +374,7 @@ async def _first_look(
     return outcome.done
 
 
-def _took(engine: Engine, w: Waitable, channel: str, waiter: Waiter, left: int) -> None:
+def _took(engine: Engine, waitable: Waitable, channel: str, waiter: Waiter, left: int) -> None:
     """A waiter took (or found) what it waits for, ``left`` left: wake whom that lets in.
 
     Only where messages count what is available (the semaphore): else the waiter's
@@ -383,7 +385,7 @@ def _took(engine: Engine, w: Waitable, channel: str, waiter: Waiter, left: int) 
     and ``left`` does not count it) or after it (the take may have had it) the reply
     cannot tell: its wake-up goes on, at the price of one take for nothing at most.
     """
-    if not w.counts_available:
+    if not waitable.counts_available:
         return
     room = engine.services.waiting
     counted_on = waiter.event.is_set()

@@ -234,7 +234,7 @@ class Engine:
 
     def won(
         self,
-        p: Primitive,
+        primitive: Primitive,
         call: Call,
         count: int,
         *,
@@ -257,32 +257,37 @@ class Engine:
             call.receipt.append(token)
         now = monotonic()
         reentrant = self.services.holds.acquired(
-            key=p.key,
+            key=primitive.key,
             field=call.field,
-            name=p.name,
+            name=primitive.name,
             holder=call.holder,
             task=call.task,
             count=count,
             lease_ms=call.won_lease if lease_ms is None else lease_ms,
-            renewing=p.renewing,
-            extra=p.hold_extra(call.holder),
+            renewing=primitive.renewing,
+            extra=primitive.hold_extra(call.holder),
             confirmed=confirmed,
             expiry=expiry,
-            primitive=p,
+            primitive=primitive,
             began=(
-                Began(now, p.lock_kind, p.leader, p.slow_hold(self.events.slow_hold))
+                Began(
+                    now,
+                    primitive.lock_kind,
+                    primitive.leader,
+                    primitive.slow_hold(self.events.slow_hold),
+                )
                 if announce
                 else None
             ),
         )
         if announce:
             self.events.acquired(
-                p.lock_kind,
-                p.name,
+                primitive.lock_kind,
+                primitive.name,
                 call.holder,
                 now - call.started,
                 reentrant=reentrant,
-                leader=p.leader,
+                leader=primitive.leader,
             )
 
     async def until_answered(
@@ -326,10 +331,10 @@ class Engine:
                     return None
                 await asyncio.sleep(self.settings.retry_interval)
 
-    def believed(self, p: Primitive, owner: str | None) -> int:
+    def believed(self, primitive: Primitive, owner: str | None) -> int:
         """The calling holder's count of holds as this client believes it."""
         holder, _ = self.holder(owner)
-        hold = self.services.holds.get(p.key, p.field(holder))
+        hold = self.services.holds.get(primitive.key, primitive.field(holder))
         return hold.count if hold else 0
 
     def waiting(self, key: str) -> int:
@@ -338,7 +343,7 @@ class Engine:
 
     # Extending a held lease.
 
-    async def extend(self, p: Primitive, owner: str | None, lease_ms: int) -> None:
+    async def extend(self, primitive: Primitive, owner: str | None, lease_ms: int) -> None:
         """Give the hold of ``owner`` (None: the calling task) a lease of ``lease_ms`` from now.
 
         LockNotOwnedError / LockLostError as release() raises them. A watchdog hold stays
@@ -350,7 +355,7 @@ class Engine:
         """
         mark, task = self.call_starts()
         try:
-            await self._extend(p, owner, lease_ms, mark, task)
+            await self._extend(primitive, owner, lease_ms, mark, task)
         except Exception as exc:
             if cancel_requested(task, mark):
                 raise asyncio.CancelledError from exc
@@ -360,42 +365,44 @@ class Engine:
 
     async def _extend(
         self,
-        p: Primitive,
+        primitive: Primitive,
         owner: str | None,
         lease_ms: int,
         mark: int,
         calling: asyncio.Task[Any] | None,
     ) -> None:
         holder, _ = self.holder(owner, calling)
-        field = p.field(holder)
+        field = primitive.field(holder)
         # In the holder's turn, as its unlock: after a release of the same holder lands,
         # never racing it.
-        ticket = self.services.order.join((p.key, holder))
+        ticket = self.services.order.join((primitive.key, holder))
         try:
             if not ticket.ready:
                 await ticket.wait()
-            hold = self.services.holds.get(p.key, field)
+            hold = self.services.holds.get(primitive.key, field)
             if hold is None or not hold.count:
                 raise LockNotOwnedError(
-                    p.name, holder, self.services.holds.held_by_sibling(p.key, holder)
+                    primitive.name,
+                    holder,
+                    self.services.holds.held_by_sibling(primitive.key, holder),
                 )
             if hold.lost is not None:
                 # Known gone: the holder's unlock() raises it too (the hold is kept for it).
-                raise LockLostError(p.name, holder, hold.lost)
+                raise LockLostError(primitive.name, holder, hold.lost)
             # The new lease may be shorter than the one confirmed: bracketed for the guard.
             expiry = hold.expiry_sent(asyncio.get_running_loop().time() + lease_ms / 1000)
             applied = False
             try:
-                reply = await self.services.runner.run(*p.extend(hold, lease_ms))
+                reply = await self.services.runner.run(*primitive.extend(hold, lease_ms))
                 applied = bool(int(reply[0]))
             except ResponseError as exc:
-                raise script_error(p.name, p.key, exc) from exc
+                raise script_error(primitive.name, primitive.key, exc) from exc
             finally:
                 hold.expiry_settled(expiry, applied=applied)
             if not applied:
                 why = "its lease ran out or was taken before extend()"
                 self.services.holds.report_lost(hold, f"{why}; found by extend()", "extend")
-                raise LockLostError(p.name, holder, why)
+                raise LockLostError(primitive.name, holder, why)
             self.services.holds.extended(hold, lease_ms)
         finally:
             ticket.release()
@@ -404,30 +411,32 @@ class Engine:
 
     # force_unlock(), delete() and the queries: calls that run once, a cancel wins over their result
 
-    async def force(self, p: Primitive) -> bool:
-        """Delete ``p`` whoever holds it and wake its waiters; True if it was held."""
+    async def force(self, primitive: Primitive) -> bool:
+        """Delete ``primitive`` whoever holds it and wake its waiters; True if it was held."""
         mark = cancel_mark()
         self.check_open()
         sent_at = self.services.holds.clock()
         try:
-            deleted = decode_force(await self.services.runner.run(*p.force()))
+            deleted = decode_force(await self.services.runner.run(*primitive.force()))
         except ResponseError as exc:
-            raise script_error(p.name, p.key, exc) from exc
-        if deleted and p.polls:
+            raise script_error(primitive.name, primitive.key, exc) from exc
+        if deleted and primitive.polls:
             # Nothing was published: wake this client's own waiters here.
-            self.services.waiting.deliver(p.channel(""), b"0", heard=False)
+            self.services.waiting.deliver(primitive.channel(""), b"0", heard=False)
         if deleted:
             # Only what was deleted is lost (a read-write lock's force_unlock() of the other
             # mode deletes nothing, and this client's holds on it stay valid).
-            self.services.holds.mark_key_lost(p.key, "force_unlock() deleted it", begun_by=sent_at)
+            self.services.holds.mark_key_lost(
+                primitive.key, "force_unlock() deleted it", begun_by=sent_at
+            )
         if cancelled_since(mark):
             raise asyncio.CancelledError
         return deleted
 
-    async def delete(self, w: Waitable, *keys: str) -> bool:
-        """Remove ``w``'s ``keys`` as Redisson's delete does; True if any of them existed.
+    async def delete(self, waitable: Waitable, *keys: str) -> bool:
+        """Remove ``waitable``'s ``keys`` as Redisson's delete does; True if any of them existed.
 
-        This client's renewed holds on ``w`` (a semaphore's permits) are gone with them:
+        This client's renewed holds on ``waitable`` (a semaphore's permits) are gone with them:
         marked lost, so the watchdog stops and their release raises LockLostError.
         """
         mark = cancel_mark()
@@ -436,35 +445,35 @@ class Engine:
         try:
             deleted = int(await self.services.runner.command("DEL", *keys)) > 0
         except ResponseError as exc:
-            raise script_error(w.name, w.key, exc) from exc
+            raise script_error(waitable.name, waitable.key, exc) from exc
         if deleted:
-            self.services.holds.mark_key_lost(w.key, "delete() deleted it", begun_by=sent_at)
+            self.services.holds.mark_key_lost(waitable.key, "delete() deleted it", begun_by=sent_at)
         if cancelled_since(mark):
             raise asyncio.CancelledError
         return deleted
 
-    async def query(self, p: Waitable, *args: str) -> Any:
-        """Run one plain command about ``p``."""
-        return await self._one_shot(p, lambda: self.services.runner.command(*args))
+    async def query(self, primitive: Waitable, *args: str) -> Any:
+        """Run one plain command about ``primitive``."""
+        return await self._one_shot(primitive, lambda: self.services.runner.command(*args))
 
-    async def ask(self, p: Waitable, invocation: Invocation) -> Any:
-        """Run a read-only script about ``p``."""
-        return await self._one_shot(p, lambda: self.services.runner.run(*invocation))
+    async def ask(self, primitive: Waitable, invocation: Invocation) -> Any:
+        """Run a read-only script about ``primitive``."""
+        return await self._one_shot(primitive, lambda: self.services.runner.run(*invocation))
 
-    async def _one_shot(self, p: Waitable, send: Callable[[], Awaitable[T]]) -> T:
-        """A call that changes nothing: an error reply names ``p``, a cancel wins."""
+    async def _one_shot(self, primitive: Waitable, send: Callable[[], Awaitable[T]]) -> T:
+        """A call that changes nothing: an error reply names ``primitive``, a cancel wins."""
         mark = cancel_mark()
         self.check_open()
         try:
             reply = await send()
         except ResponseError as exc:
-            raise script_error(p.name, p.key, exc) from exc
+            raise script_error(primitive.name, primitive.key, exc) from exc
         if cancelled_since(mark):
             raise asyncio.CancelledError
         return reply
 
-    async def query_all(self, p: Primitive, *commands: tuple[str, ...]) -> list[Any]:
-        """Run plain commands about ``p`` in one round trip (a pipeline), as query() one."""
+    async def query_all(self, primitive: Primitive, *commands: tuple[str, ...]) -> list[Any]:
+        """Run plain commands about ``primitive`` in one round trip (a pipeline), as query() one."""
         mark = cancel_mark()
         self.check_open()
         replies = await self.services.runner.pipeline(*commands)
@@ -472,7 +481,7 @@ class Engine:
             raise asyncio.CancelledError
         for reply in replies:
             if isinstance(reply, ResponseError):
-                error = script_error(p.name, p.key, reply)
+                error = script_error(primitive.name, primitive.key, reply)
                 if error is reply:
                     raise reply
                 raise error from reply
@@ -501,15 +510,15 @@ class Engine:
             await asyncio.gather(*(self._release_ended(hold, kept) for hold, kept in ended))
 
     async def _release_ended(self, hold: HoldRecord, kept: int) -> None:
-        p: Primitive | None = hold.primitive
-        if p is None or kept <= 0:
+        primitive: Primitive | None = hold.primitive
+        if primitive is None or kept <= 0:
             return
         try:
             # One release per hold left, as its unlocks would have been: a reentrant
             # hold's last one frees the lock and wakes its waiters.
             for _ in range(kept):
-                latch = unlock_latch_key(p.key, self.request_id())
-                invocation = p.release(hold.field, self.settings.lease_ms, latch)
+                latch = unlock_latch_key(primitive.key, self.request_id())
+                invocation = primitive.release(hold.field, self.settings.lease_ms, latch)
                 result = decode_release(await self.services.runner.run(*invocation))
                 self.services.latches.add(latch)
                 if result is not Release.KEPT:
@@ -548,10 +557,10 @@ class Engine:
 
     # A guarded hold's watch of its lock's channel
 
-    async def watch_taken(self, p: Primitive, holder: str, armed: asyncio.Event) -> None:
-        """Until cancelled: end ``holder``'s hold of ``p`` as soon as it is forced away.
+    async def watch_taken(self, primitive: Primitive, holder: str, armed: asyncio.Event) -> None:
+        """Until cancelled: end ``holder``'s hold of ``primitive`` as soon as it is forced away.
 
-        A message on ``p``'s channel after this watch's barrier passed reports the hold
+        A message on ``primitive``'s channel after this watch's barrier passed reports the hold
         lost at once (the guard then cancels a guarded body); one before it, and every
         resubscription, runs the renewal now, which finds a forced hold gone. ``armed``
         is set once the barrier is back and every message before it was checked (or the
@@ -560,14 +569,14 @@ class Engine:
         released at the end.
         """
         try:
-            await self._watch(p, holder, armed)
+            await self._watch(primitive, holder, armed)
         finally:
             armed.set()  # the term goes on without the watch (the client closes, say)
 
-    async def _watch(self, p: Primitive, holder: str, armed: asyncio.Event) -> None:
-        channel = p.channel(holder)
+    async def _watch(self, primitive: Primitive, holder: str, armed: asyncio.Event) -> None:
+        channel = primitive.channel(holder)
         room = self.services.waiting
-        hold = self.services.holds.get(p.key, p.field(holder))
+        hold = self.services.holds.get(primitive.key, primitive.field(holder))
         if hold is None:  # pragma: no cover - the term's acquire recorded it
             return
         forced = partial(self._watch_forced, hold)
@@ -579,7 +588,7 @@ class Engine:
                 # Sent before anything else: the sooner it is back, the sooner the term
                 # starts, and a forced unlock ends it without a round trip.
                 barrier = sub.barrier()
-                waiter = self._watcher(channel, p, barrier, forced)
+                waiter = self._watcher(channel, primitive, barrier, forced)
                 try:
                     # A message published before the server took the SUBSCRIBE was never
                     # heard (a force_unlock() just as the hold began): look once now.
@@ -594,7 +603,7 @@ class Engine:
                             # Woken by a resubscription on a new connection: a barrier there.
                             barrier = sub.barrier()
                         # Registered before the renewal: a message while it flies wakes it.
-                        waiter = self._watcher(channel, p, barrier, forced)
+                        waiter = self._watcher(channel, primitive, barrier, forced)
                         await self._watch_check(hold)
                 finally:
                     room.remove(channel, waiter, leaving=False)
@@ -604,10 +613,10 @@ class Engine:
                 return
 
     def _watcher(
-        self, channel: str, p: Primitive, barrier: Barrier, forced: Callable[[], None]
+        self, channel: str, primitive: Primitive, barrier: Barrier, forced: Callable[[], None]
     ) -> Waiter:
         """A fresh watcher on ``channel``: told at once of a message after ``barrier``."""
-        waiter = self.services.waiting.add(channel, p.wake_count, shared=True, watch=True)
+        waiter = self.services.waiting.add(channel, primitive.wake_count, shared=True, watch=True)
         waiter.barrier = barrier
         waiter.forced = forced
         return waiter

@@ -35,18 +35,18 @@ __all__ = ("hold_of", "release", "release_later", "release_soon")
 log = logging.getLogger("aiolock")
 
 
-async def release(engine: Engine, p: Primitive, owner: str | None) -> None:
-    """Release one hold of ``owner`` (None: the calling task) on ``p``."""
+async def release(engine: Engine, primitive: Primitive, owner: str | None) -> None:
+    """Release one hold of ``owner`` (None: the calling task) on ``primitive``."""
     mark, task = engine.call_starts()
     # One coroutine for the whole call (no inner one per unlock): its body is inline.
     try:
         holder, _ = engine.holder(owner, task)
         # Looked up once: the services change only with the event loop, never under a call.
         services = engine.services
-        field = p.field(holder)
+        field = primitive.field(holder)
         # One line per holder, not per field: a read-write lock's read and write calls of
         # one holder take turns too (the upgrade rule depends on their order).
-        ticket = services.order.join((p.key, holder))
+        ticket = services.order.join((primitive.key, holder))
         try:
             # An earlier call of this holder (a cut-off release finishing in the
             # background, another task's call with the same owner=) lands first, or this
@@ -56,9 +56,9 @@ async def release(engine: Engine, p: Primitive, owner: str | None) -> None:
         except BaseException:
             # Cancelled while waiting its turn: the release was asked for, so it is made,
             # in the background once the turn comes (async with must never exit holding).
-            services.background.complete(ticket, release_later(engine, p, holder, field))
+            services.background.complete(ticket, release_later(engine, primitive, holder, field))
             raise
-        hold, latch, reapply, offer, invocation = _prepare(engine, p, holder, field)
+        hold, latch, reapply, offer, invocation = _prepare(engine, primitive, holder, field)
         runner = services.runner
         # Its reply's future awaited here (no coroutine of the runner's per unlock).
         reply_of = runner.send(*invocation)
@@ -74,7 +74,7 @@ async def release(engine: Engine, p: Primitive, owner: str | None) -> None:
         except BaseException as exc:
             error = _failed(
                 engine,
-                p,
+                primitive,
                 holder,
                 exc,
                 ticket=ticket,
@@ -89,9 +89,9 @@ async def release(engine: Engine, p: Primitive, owner: str | None) -> None:
             raise
         if hold is not None:
             hold.release_ends(kept=result is Release.KEPT)
-        _settle_offer(engine, p, offer, result)
+        _settle_offer(engine, primitive, offer, result)
         try:
-            _settle_release(engine, p, holder, hold, latch, result)
+            _settle_release(engine, primitive, holder, hold, latch, result)
         finally:
             ticket.release()
     except Exception as exc:
@@ -108,15 +108,15 @@ async def release(engine: Engine, p: Primitive, owner: str | None) -> None:
 
 
 def _prepare(
-    engine: Engine, p: Primitive, holder: str, field: str
+    engine: Engine, primitive: Primitive, holder: str, field: str
 ) -> tuple[HoldRecord | None, str, int, Offer | None, Invocation]:
     """The unlock's script call, in the holder's turn: with its latch, lease, offer."""
-    hold = engine.services.holds.get(p.key, field)
+    hold = engine.services.holds.get(primitive.key, field)
     # One latch per unlock call: every resend of this call replays the first result.
-    latch = unlock_latch_key(p.key, engine.request_id())
+    latch = unlock_latch_key(primitive.key, engine.request_id())
     reapply = engine.services.holds.reapply_ms(hold)
-    offer = _offer(engine, p, holder, hold)
-    invocation = p.release(field, reapply, latch, None if offer is None else offer.call)
+    offer = _offer(engine, primitive, holder, hold)
+    invocation = primitive.release(field, reapply, latch, None if offer is None else offer.call)
     if hold is not None:
         # While a release is in flight the watchdog may find the key gone: not a loss.
         hold.release_begins(_reapply_until(hold, reapply))
@@ -136,7 +136,7 @@ def _reapply_until(hold: HoldRecord, reapply: int) -> float | None:
 
 def _failed(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     holder: str,
     exc: BaseException,
     *,
@@ -166,7 +166,7 @@ def _failed(
             ticket,
             _finish_release(
                 engine,
-                p,
+                primitive,
                 holder,
                 hold=hold,
                 invocation=invocation,
@@ -179,43 +179,44 @@ def _failed(
     # Refused (a login), or the script failed: nothing was done.
     if hold is not None:
         hold.release_ends(kept=False)
-    _settle_offer(engine, p, offer, Release.NOT_HELD)
+    _settle_offer(engine, primitive, offer, Release.NOT_HELD)
     ticket.release()
     if kind is Failure.FAILED and isinstance(exc, ResponseError):
-        return script_error(p.name, p.key, exc)
+        return script_error(primitive.name, primitive.key, exc)
     return None
 
 
-def release_soon(engine: Engine, p: Primitive, owner: str | None) -> None:
+def release_soon(engine: Engine, primitive: Primitive, owner: str | None) -> None:
     """Release one hold of ``owner`` (None: the calling task) in the background.
 
     For a guarded hold found lost: its block raises at once, whether or not the server
     answers, and the release lands (or finds nothing) in the holder's turn.
     """
     holder, _ = engine.holder(owner)
-    field = p.field(holder)
+    field = primitive.field(holder)
     engine.services.background.complete(
-        engine.services.order.join((p.key, holder)), release_later(engine, p, holder, field)
+        engine.services.order.join((primitive.key, holder)),
+        release_later(engine, primitive, holder, field),
     )
 
 
-def hold_of(engine: Engine, p: Primitive, owner: str | None) -> HoldRecord | None:
-    """The calling holder's hold on ``p`` as this client records it (None: none)."""
+def hold_of(engine: Engine, primitive: Primitive, owner: str | None) -> HoldRecord | None:
+    """The calling holder's hold on ``primitive`` as this client records it (None: none)."""
     holder, _ = engine.holder(owner)
-    return engine.services.holds.get(p.key, p.field(holder))
+    return engine.services.holds.get(primitive.key, primitive.field(holder))
 
 
-async def release_later(engine: Engine, p: Primitive, holder: str, field: str) -> None:
+async def release_later(engine: Engine, primitive: Primitive, holder: str, field: str) -> None:
     """An unlock() cancelled before its turn: release in the background when it comes."""
-    hold = engine.services.holds.get(p.key, field)
-    latch = unlock_latch_key(p.key, engine.request_id())
+    hold = engine.services.holds.get(primitive.key, field)
+    latch = unlock_latch_key(primitive.key, engine.request_id())
     reapply = engine.services.holds.reapply_ms(hold)
     if hold is not None:
         hold.release_begins(_reapply_until(hold, reapply))
-    invocation = p.release(field, reapply, latch)
+    invocation = primitive.release(field, reapply, latch)
     await _finish_release(
         engine,
-        p,
+        primitive,
         holder,
         hold=hold,
         invocation=invocation,
@@ -227,7 +228,7 @@ async def release_later(engine: Engine, p: Primitive, holder: str, field: str) -
 
 async def _finish_release(
     engine: Engine,
-    p: Primitive,
+    primitive: Primitive,
     holder: str,
     *,
     hold: HoldRecord | None,
@@ -245,7 +246,7 @@ async def _finish_release(
     answered: tuple[Any] | None = None
     try:
         answered = await engine.until_answered(
-            f"release lock {p.name!r} held by {holder}",
+            f"release lock {primitive.name!r} held by {holder}",
             lambda: engine.services.runner.run(*invocation),
             reapply,
             on_unanswered=stop_renewing,
@@ -256,15 +257,15 @@ async def _finish_release(
                 kept=answered is not None and decode_release(answered[0]) is Release.KEPT
             )
         if answered is None:
-            _settle_offer(engine, p, offer, None)
+            _settle_offer(engine, primitive, offer, None)
     if answered is None:
         if hold is not None:
             engine.services.holds.drop(hold, ended="release_unanswered")
         return
     result = decode_release(answered[0])
-    _settle_offer(engine, p, offer, result)
+    _settle_offer(engine, primitive, offer, result)
     try:
-        _settle_release(engine, p, holder, hold, latch, result)
+        _settle_release(engine, primitive, holder, hold, latch, result)
     except LockLostError:
         # _settle_release logged the loss; the caller already had its error.
         pass
@@ -274,7 +275,12 @@ async def _finish_release(
 
 
 def _settle_release(
-    engine: Engine, p: Primitive, holder: str, hold: HoldRecord | None, latch: str, result: Release
+    engine: Engine,
+    primitive: Primitive,
+    holder: str,
+    hold: HoldRecord | None,
+    latch: str,
+    result: Release,
 ) -> None:
     services = engine.services
     if result is Release.NOT_HELD:
@@ -285,32 +291,34 @@ def _settle_release(
                 # event loop): log it here, so every loss is logged once.
                 services.holds.report_lost(hold, f"{why}; found by unlock()", "unlock")
             services.holds.drop(hold)
-            raise LockLostError(p.name, holder, why)
+            raise LockLostError(primitive.name, holder, why)
         raise LockNotOwnedError(
-            p.name, holder, engine.services.holds.held_by_sibling(p.key, holder)
+            primitive.name, holder, engine.services.holds.held_by_sibling(primitive.key, holder)
         )
     services.latches.add(latch)
-    if result is Release.FREED and p.polls:
+    if result is Release.FREED and primitive.polls:
         # Nothing was published: this client's own waiters need not wait out a pause.
-        services.waiting.deliver(p.channel(holder), b"0", heard=False)
+        services.waiting.deliver(primitive.channel(holder), b"0", heard=False)
     if result is Release.DOWNGRADED:
         # Nothing was published (as in Redisson: the wire must match), yet this
         # client's own readers can get in now: wake them here rather than after their
         # lease-bounded wait. Writers stay parked: the read holds left keep them out.
-        services.waiting.wake_shared(p.channel(holder))
+        services.waiting.wake_shared(primitive.channel(holder))
     if hold is not None:
         lost = hold.lost
         services.holds.released(hold, fully=result is not Release.KEPT)
         if lost is not None:
             # The server still had the holder's entry (a read hold whose own timeout
             # key ran out), but the watchdog had found the hold dead: say so.
-            raise LockLostError(p.name, holder, lost)
+            raise LockLostError(primitive.name, holder, lost)
 
 
-def _offer(engine: Engine, p: Primitive, holder: str, hold: HoldRecord | None) -> Offer | None:
+def _offer(
+    engine: Engine, primitive: Primitive, holder: str, hold: HoldRecord | None
+) -> Offer | None:
     """A hand-over for this release of ``holder``'s last hold, if one is due."""
     if (
-        not p.hands_over
+        not primitive.hands_over
         # A hand-over is an acquisition by the release script: no WAIT follows it.
         or engine.settings.replica_acks
         or hold is None
@@ -319,9 +327,9 @@ def _offer(engine: Engine, p: Primitive, holder: str, hold: HoldRecord | None) -
         or engine.closed
     ):
         return None
-    channel = p.channel(holder)
+    channel = primitive.channel(holder)
     if not engine.services.waiting.has_waiters(channel) or not engine.services.handovers.allowed(
-        p.key
+        primitive.key
     ):
         # The common case, nobody of this client waiting: no closure, no scan.
         return None
@@ -330,10 +338,10 @@ def _offer(engine: Engine, p: Primitive, holder: str, hold: HoldRecord | None) -
         return (
             (call.task is not None or engine.is_thread(call.holder))
             and call.holder != holder
-            and not engine.services.order.busy((p.key, call.holder))
+            and not engine.services.order.busy((primitive.key, call.holder))
         )
 
-    heir = engine.services.waiting.heir(channel, p, eligible)
+    heir = engine.services.waiting.heir(channel, primitive, eligible)
     if heir is None:
         return None
     waiter, call, heir_p = heir
@@ -342,15 +350,15 @@ def _offer(engine: Engine, p: Primitive, holder: str, hold: HoldRecord | None) -
 
 
 def _settle_offer(
-    engine: Engine, p: Primitive, offer: Offer | None, result: Release | None
+    engine: Engine, primitive: Primitive, offer: Offer | None, result: Release | None
 ) -> None:
     """The release's outcome for its hand-over; None: the release went unanswered."""
     if result is Release.FREED:
-        engine.services.handovers.freed(p.key)
+        engine.services.handovers.freed(primitive.key)
     if offer is None:
         return
     if result is Release.HANDED:
-        engine.services.handovers.handed(p.key)
+        engine.services.handovers.handed(primitive.key)
         # Recorded now, whether the waiter takes it or has left (then its leaving
         # releases it, in its holder's turn, once it sees this outcome). As the heir's
         # hold: the kind it waits for (which takes a hand-over from this one).

@@ -107,10 +107,10 @@ class Waiter:
         self.barrier: Barrier | None = None
         self.forced: Callable[[], None] | None = None
 
-    def park(self, p: Primitive, call: Call) -> None:
-        """From now on a release may hand ``call`` the lock (if ``p`` takes it)."""
+    def park(self, primitive: Primitive, call: Call) -> None:
+        """From now on a release may hand ``call`` the lock (if ``primitive`` takes it)."""
         self.parked = call
-        self.parked_as = p
+        self.parked_as = primitive
 
     def unpark(self) -> None:
         """The call no longer sits in wait(): no hand-over is offered to it any more."""
@@ -166,7 +166,9 @@ class _Line:
             # to try take them first, then those whose attempt is in flight: each of
             # these it counts on is woken too, so that one whose attempt ran too early to
             # see them tries again (and one that took passes a turn on: Engine._wait_for).
-            count -= sum(1 for w in self.waiters if w.event.is_set() and not w.shared)
+            count -= sum(
+                1 for waitable in self.waiters if waitable.event.is_set() and not waitable.shared
+            )
             for waiter in self.waiters:
                 if count <= 0:
                     break
@@ -284,10 +286,10 @@ class WaitingRoom:
                 # lock, and its message lets the readers in (a write lock's release).
                 return None
             call = waiter.parked
-            p = waiter.parked_as
+            primitive = waiter.parked_as
             if (
                 call is not None
-                and p is not None
+                and primitive is not None
                 and waiter.offer is None
                 and not waiter.shared
                 and not waiter.event.is_set()
@@ -295,8 +297,8 @@ class WaitingRoom:
             ):
                 # A call asking for a token never takes one: the release script takes no
                 # token (its primitive says no too; this holds whatever it says).
-                takes = call.receipt is None and p.takes_hand_over(releaser)
-                return (waiter, call, p) if takes else None
+                takes = call.receipt is None and primitive.takes_hand_over(releaser)
+                return (waiter, call, primitive) if takes else None
         return None
 
     def queues_behind(self, channel: str) -> bool:
@@ -306,7 +308,9 @@ class WaitingRoom:
         for the newcomer, and no message may come to say so.
         """
         line = self._lines.get(channel)
-        return line is not None and any(not (w.shared or w.short) for w in line.waiters)
+        return line is not None and any(
+            not (waitable.shared or waitable.short) for waitable in line.waiters
+        )
 
     def has_waiters(self, channel: str) -> bool:
         """Whether calls of this client wait on ``channel`` (watchers wait for nothing)."""

@@ -80,25 +80,25 @@ class CountDownLatch:
     returns True once the count is zero. A latch at zero stays open, and may be set again.
     """
 
-    __slots__ = ("_engine", "_s")
+    __slots__ = ("_engine", "_state")
 
     def __init__(self, engine: Engine, name: str) -> None:
         self._engine = engine
-        self._s = LatchState(engine.settings, name)
+        self._state = LatchState(engine.settings, name)
 
     @property
     def name(self) -> str:
         """The latch's name as given (without ``key_prefix``)."""
-        return self._s.name
+        return self._state.name
 
     def __repr__(self) -> str:
-        waiting = self._engine.waiting(self._s.key)
-        return f"<aiolock.CountDownLatch {self._s.name!r}, {waiting} waiting>"
+        waiting = self._engine.waiting(self._state.key)
+        return f"<aiolock.CountDownLatch {self._state.name!r}, {waiting} waiting>"
 
     @property
     def tasks_waiting(self) -> int:
         """How many of this client's tasks wait on this latch now (a local count)."""
-        return self._engine.waiting(self._s.key)
+        return self._engine.waiting(self._state.key)
 
     async def try_set_count(self, count: int) -> bool:
         """Set the count if the latch is open (at zero); True if it was set.
@@ -106,7 +106,7 @@ class CountDownLatch:
         A count of 0 leaves the latch open and answers True.
         """
         n = check_count(count, "count", minimum=0)
-        s = self._s
+        s = self._state
         return bool(await change(self._engine, s, lambda latch: s.try_set(n, latch), "set"))
 
     async def count_down(self) -> None:
@@ -115,7 +115,7 @@ class CountDownLatch:
         Made once, even if the call is cancelled or cut off (it is then finished in the
         background). A latch already open stays open.
         """
-        s = self._s
+        s = self._state
         await change(self._engine, s, s.count_down, "count down")
 
     async def get_count(self) -> int:
@@ -129,8 +129,8 @@ class CountDownLatch:
         async def is_open() -> bool:
             return await self._count() == 0
 
-        return await await_condition(self._engine, self._s, is_open, limit)
+        return await await_condition(self._engine, self._state, is_open, limit)
 
     async def _count(self) -> int:
-        value = await self._engine.query(self._s, "GET", self._s.key)
+        value = await self._engine.query(self._state, "GET", self._state.key)
         return int(value) if value is not None else 0

@@ -74,7 +74,7 @@ class FencedLock(LockHandle):
         # A guarded hold carries its acquisition's token.
         receipt: list[int] = []
         if not await acquire(
-            self._engine, self._p, self._owner, wait, lease, receipt=receipt, timed=True
+            self._engine, self._primitive, self._owner, wait, lease, receipt=receipt, timed=True
         ):
             return None
         return self._guard_hold(lease, receipt[0])
@@ -83,7 +83,7 @@ class FencedLock(LockHandle):
         """Wait until acquired; return the acquisition's token. ``lease`` as for lock()."""
         receipt: list[int] = []
         await acquire(
-            self._engine, self._p, self._owner, None, lease_seconds(lease), receipt=receipt
+            self._engine, self._primitive, self._owner, None, lease_seconds(lease), receipt=receipt
         )
         # Acquired means a token in the receipt: a call with one is never handed the lock
         # (Engine._offer), and an acquire reply without a token is refused (Engine._attempt).
@@ -94,7 +94,7 @@ class FencedLock(LockHandle):
         receipt: list[int] = []
         acquired = await acquire(
             self._engine,
-            self._p,
+            self._primitive,
             self._owner,
             wait_seconds(wait),
             lease_seconds(lease),

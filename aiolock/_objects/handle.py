@@ -210,11 +210,11 @@ class Acquirable:
 class LockHandle(Acquirable):
     """Base of the lock handles: the public methods, over the engine."""
 
-    __slots__ = ("__weakref__", "_engine", "_key", "_name", "_owner", "_p")
+    __slots__ = ("__weakref__", "_engine", "_key", "_name", "_owner", "_primitive")
 
     def __init__(self, engine: Engine, p: Primitive, *, owner: str | None = None) -> None:
         self._engine = engine
-        self._p = p
+        self._primitive = p
         self._name = p.name
         self._owner = check_owner(owner)
         self._key = p.key
@@ -245,14 +245,14 @@ class LockHandle(Acquirable):
         self, wait: float | None, lease: float | None, *, timed: bool = False
     ) -> Awaitable[bool]:
         # The engine's coroutine itself, awaited by the caller: no extra frame per acquire.
-        return acquire(self._engine, self._p, self._owner, wait, lease, timed=timed)
+        return acquire(self._engine, self._primitive, self._owner, wait, lease, timed=timed)
 
     async def lock(self, lease: TimeArg = None) -> None:
         """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
         # Acquirable.lock(), straight to the engine (no _acquire() call per lock).
         await acquire(
             self._engine,
-            self._p,
+            self._primitive,
             self._owner,
             None,
             None if lease is None else lease_seconds(lease),
@@ -272,10 +272,10 @@ class LockHandle(Acquirable):
         on (set once the watch is in place). Cancel it to stop. None where the kind's
         channel does not tell a force (``Primitive.watched``).
         """
-        if not self._p.watched:
+        if not self._primitive.watched:
             return None
         holder, _ = self._engine.holder(self._owner)
-        watch = _quietly(self._engine, self._p, holder, armed)
+        watch = _quietly(self._engine, self._primitive, holder, armed)
         return asyncio.get_running_loop().create_task(watch)
 
     def _guard_hold(self, lease: float | None, token: int | None = None) -> Guarding:
@@ -287,10 +287,10 @@ class LockHandle(Acquirable):
 
     def _record(self) -> HoldRecord | None:
         """The calling holder's hold record on this lock (None: none)."""
-        return hold_of(self._engine, self._p, self._owner)
+        return hold_of(self._engine, self._primitive, self._owner)
 
     def _guard_release_soon(self) -> None:
-        release_soon(self._engine, self._p, self._owner)
+        release_soon(self._engine, self._primitive, self._owner)
 
     def _guard_holder(self) -> str:
         return self._engine.holder(self._owner)[0]
@@ -299,7 +299,7 @@ class LockHandle(Acquirable):
 
     async def unlock(self) -> None:
         """Release one hold; raise LockNotOwnedError / LockLostError if there is none."""
-        await release(self._engine, self._p, self._owner)
+        await release(self._engine, self._primitive, self._owner)
 
     async def extend(self, lease: TimeArg) -> None:
         """Make the calling holder's lease ``lease`` seconds from now.
@@ -308,11 +308,11 @@ class LockHandle(Acquirable):
         renews stays renewed: only its current expiry moves, and the watchdog's next
         renewal (every third of ``watchdog_timeout``) gives it the watchdog's lease again.
         """
-        await self._engine.extend(self._p, self._owner, round(extend_seconds(lease) * 1000))
+        await self._engine.extend(self._primitive, self._owner, round(extend_seconds(lease) * 1000))
 
     async def force_unlock(self) -> bool:
         """Delete the lock whoever holds it and wake its waiters; True if it was held."""
-        return await self._engine.force(self._p)
+        return await self._engine.force(self._primitive)
 
     # -- queries --------------------------------------------------------------------------
 
@@ -325,27 +325,29 @@ class LockHandle(Acquirable):
     async def is_held_by_current_task(self) -> bool:
         """Whether the calling task (or this handle's owner) holds the lock, per Redis."""
         holder, _ = self._engine.holder(self._owner)
-        return bool(await self._query("HEXISTS", self._key, self._p.field(holder)))
+        return bool(await self._query("HEXISTS", self._key, self._primitive.field(holder)))
 
     async def hold_count(self) -> int:
         """The calling holder's reentrancy count, per Redis; 0 if it does not hold it."""
         holder, _ = self._engine.holder(self._owner)
-        count = await self._query("HGET", self._key, self._p.field(holder))
+        count = await self._query("HGET", self._key, self._primitive.field(holder))
         return int(count) if count is not None else 0
 
     async def remaining_lease(self) -> float | None:
         """Seconds left on the lease; None if the lock is absent or has no expiry."""
         # PTTL alone answers for a key of any type: HLEN in the same round trip fails with
         # WRONGTYPE for one that is not a lock, where PTTL would report one without expiry.
-        _, ms = await self._engine.query_all(self._p, ("HLEN", self._key), ("PTTL", self._key))
+        _, ms = await self._engine.query_all(
+            self._primitive, ("HLEN", self._key), ("PTTL", self._key)
+        )
         return None if int(ms) < 0 else int(ms) / 1000
 
     async def _query(self, *args: str) -> Any:
-        return await self._engine.query(self._p, *args)
+        return await self._engine.query(self._primitive, *args)
 
     def statistics(self) -> LockStatistics:
         """What this client knows locally; call it from the task whose hold you ask about."""
-        count = self._engine.believed(self._p, self._owner)
+        count = self._engine.believed(self._primitive, self._owner)
         return LockStatistics(
             name=self._name,
             held_by_current_task=count > 0,

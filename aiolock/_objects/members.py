@@ -93,7 +93,7 @@ async def try_member(
     in, side by side).
     """
     return await acquire(
-        member._engine, member._p, member._owner, wait, lease, timed=timed, bounded=False
+        member._engine, member._primitive, member._owner, wait, lease, timed=timed, bounded=False
     )
 
 

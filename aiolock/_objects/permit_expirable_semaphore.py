@@ -107,14 +107,14 @@ class PermitExpirableSemaphore(Permits):
 
     __slots__ = ()
 
-    _s: PermitState
+    _state: PermitState
 
     def __init__(self, engine: Engine, name: str, permits: int | None = None) -> None:
         super().__init__(engine, PermitState(engine.settings, name, declared(permits)))
 
     async def available_permits(self) -> int:
         """The permits available now, those whose lease ran out included."""
-        return int(await self._engine.ask(self._s, self._s.available()))
+        return int(await self._engine.ask(self._state, self._state.available()))
 
     async def set_permits(self, permits: int) -> None:
         """Set the total of permits, those taken included (Redisson's setPermits).
@@ -124,7 +124,7 @@ class PermitExpirableSemaphore(Permits):
         ``permits``. Made once, even if the call is cancelled or cut off.
         """
         n = check_count(permits, "permits", minimum=0)
-        s = self._s
+        s = self._state
         await change(self._engine, s, lambda latch: s.set_permits(n, latch), "set permits of")
 
     async def delete(self) -> bool:
@@ -133,7 +133,7 @@ class PermitExpirableSemaphore(Permits):
         This client's renewed permits of it are lost (their release raises
         LockLostError); as in Redisson nothing is published.
         """
-        s = self._s
+        s = self._state
         return await self._engine.delete(s, s.key, s.timeouts)
 
     def acquired(
@@ -181,7 +181,7 @@ class PermitExpirableSemaphore(Permits):
         self, wait: float | None, lease: float | None, *, renewed: bool = False
     ) -> str | None:
         """Take a permit within ``wait``; ``renewed``: with the watchdog's lease, renewed."""
-        s = self._s
+        s = self._state
         if renewed:
             lease_ms = self._engine.settings.lease_ms
         else:
@@ -214,7 +214,7 @@ class PermitExpirableSemaphore(Permits):
             raise TypeError(f"permit_id must be a str, not {type(permit_id).__name__}")
         if not _ID.fullmatch(permit_id):
             raise ValueError(f"permit_id must be 32 hex characters, got {permit_id!r}")
-        s = self._s
+        s = self._state
         permit = bytes.fromhex(permit_id)
         renewed, lost = let_go_permit(self._engine, s, permit_id)
         done = await change(self._engine, s, lambda latch: s.release(permit, latch), "release")

@@ -200,14 +200,14 @@ class ReadLock(LockHandle):
 
     __slots__ = ()
 
-    _p: ReadPrimitive
+    _primitive: ReadPrimitive
 
     def __init__(self, engine: Engine, name: str, *, owner: str | None = None) -> None:
         super().__init__(engine, ReadPrimitive(engine.settings, name), owner=owner)
 
     async def is_locked(self) -> bool:
         """Whether readers hold it: mode=read, or a writer that also took read holds."""
-        return as_int(await self._engine.ask(self._p, self._p.is_locked())) == 1
+        return as_int(await self._engine.ask(self._primitive, self._primitive.is_locked())) == 1
 
     async def force_unlock(self) -> bool:
         """Delete the lock if it is in read mode, whoever holds it; True if it was.

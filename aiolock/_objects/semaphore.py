@@ -136,33 +136,33 @@ def declared(permits: object) -> int | None:
 class Permits:
     """What both semaphore handles share: the name, and setting and adding permits."""
 
-    __slots__ = ("_engine", "_s")
+    __slots__ = ("_engine", "_state")
 
-    _s: PermitCount
+    _state: PermitCount
 
     def __init__(self, engine: Engine, state: PermitCount) -> None:
         self._engine = engine
-        self._s = state
+        self._state = state
 
     @property
     def name(self) -> str:
         """The semaphore's name as given (without ``key_prefix``)."""
-        return self._s.name
+        return self._state.name
 
     def __repr__(self) -> str:
-        waiting = self._engine.waiting(self._s.key)
-        return f"<aiolock.{type(self).__name__} {self._s.name!r}, {waiting} waiting>"
+        waiting = self._engine.waiting(self._state.key)
+        return f"<aiolock.{type(self).__name__} {self._state.name!r}, {waiting} waiting>"
 
     async def try_set_permits(self, permits: int) -> bool:
         """Set the number of permits if the semaphore has none set yet; True if it was set."""
         n = check_count(permits, "permits", minimum=0)
-        s = self._s
+        s = self._state
         return bool(await change(self._engine, s, lambda latch: s.try_set(n, latch), "set"))
 
     async def add_permits(self, permits: int) -> None:
         """Add ``permits`` (negative: take some away, never waiting)."""
         n = check_count(permits, "permits", minimum=-(2**63))
-        s = self._s
+        s = self._state
         await change(self._engine, s, lambda latch: s.add(n, latch), "add permits to")
 
 
@@ -179,14 +179,14 @@ class Semaphore(Permits):
 
     __slots__ = ()
 
-    _s: SemaphoreState
+    _state: SemaphoreState
 
     def __init__(self, engine: Engine, name: str, permits: int | None = None) -> None:
         super().__init__(engine, SemaphoreState(engine.settings, name, declared(permits)))
 
     async def available_permits(self) -> int:
         """The number of permits available now (0 if the semaphore was never set)."""
-        value = await self._engine.query(self._s, "GET", self._s.key)
+        value = await self._engine.query(self._state, "GET", self._state.key)
         return int(value) if value is not None else 0
 
     async def drain_permits(self) -> int:
@@ -196,7 +196,7 @@ class Semaphore(Permits):
         ``add_permits`` took away more than there were (the count is then 0). Cancelled,
         it takes nothing: what it drained is given back.
         """
-        s = self._s
+        s = self._state
         drained: list[int] = []
 
         def decode(reply: Any) -> Outcome:
@@ -213,7 +213,7 @@ class Semaphore(Permits):
 
         As in Redisson nothing is published: waiters find it gone at their next look.
         """
-        return await self._engine.delete(self._s, self._s.key)
+        return await self._engine.delete(self._state, self._state.key)
 
     def acquired(
         self, permits: int = 1, wait: TimeArg = None
@@ -251,7 +251,7 @@ class Semaphore(Permits):
 
     async def _take(self, permits: int, wait: float | None) -> bool:
         n = check_count(permits, "permits", minimum=1)
-        s = self._s
+        s = self._state
         return await take(
             self._engine,
             s,
@@ -264,7 +264,7 @@ class Semaphore(Permits):
     async def release(self, permits: int = 1) -> None:
         """Give back ``permits`` (made once, even if the call is cancelled or cut off)."""
         n = check_count(permits, "permits", minimum=1)
-        s = self._s
+        s = self._state
         await change(self._engine, s, lambda latch: s.add(n, latch), "release permits of")
 
     async def __aenter__(self) -> Self:

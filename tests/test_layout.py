@@ -66,6 +66,75 @@ def test_no_import_cycle() -> None:
     assert not cycles, f"import cycles: {cycles[:3]}"
 
 
+def _engine_calls() -> tuple[dict[str, set[str]], dict[str, set[str]], dict[str, set[str]]]:
+    """Per engine module: the functions and methods it defines, the names it calls, and
+    the method names its Protocol classes declare (calls through them do not count)."""
+    defined: dict[str, set[str]] = {}
+    called: dict[str, set[str]] = {}
+    declared: dict[str, set[str]] = {}
+    for path in sorted((PACKAGE / "_engine").glob("*.py")):
+        tree = ast.parse(path.read_text("utf-8"))
+        defines: set[str] = set()
+        calls: set[str] = set()
+        protocol: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and any(
+                isinstance(base, ast.Name) and base.id == "Protocol" for base in node.bases
+            ):
+                protocol.update(
+                    item.name for item in node.body if isinstance(item, ast.FunctionDef)
+                )
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                if not node.name.startswith("__"):
+                    defines.add(node.name)
+                # A call of a parameter is a callback, handed down by whoever called.
+                params = {a.arg for a in [*node.args.args, *node.args.kwonlyargs]}
+                for call in ast.walk(node):
+                    if not isinstance(call, ast.Call):
+                        continue
+                    func = call.func
+                    if isinstance(func, ast.Name) and func.id not in params:
+                        calls.add(func.id)
+                    elif isinstance(func, ast.Attribute) and not (
+                        isinstance(func.value, ast.Name) and func.value.id == "dataclasses"
+                    ):
+                        calls.add(func.attr)
+        defined[path.stem], called[path.stem], declared[path.stem] = defines, calls, protocol
+    return defined, called, declared
+
+
+def test_no_two_engine_modules_call_each_other() -> None:
+    """Calls between the engine's modules go one way: none calls back into one that calls it.
+
+    A function or method name defined in exactly one engine module identifies it; a call
+    through a Protocol the calling module declares (the guard told by the hold registry),
+    or of a callback handed in as a parameter, is not a call back.
+    """
+    defined, called, declared = _engine_calls()
+    owners: dict[str, set[str]] = {}
+    for module, names in defined.items():
+        for name in names:
+            owners.setdefault(name, set()).add(module)
+    # A name the rest of the package defines too (the emitter's lost(), say) says nothing.
+    for path in PACKAGE.rglob("*.py"):
+        if path.parent.name != "_engine":
+            for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    owners.setdefault(node.name, set()).add(str(path))
+    into: dict[tuple[str, str], set[str]] = {}
+    for module, names in called.items():
+        for name in names - declared[module]:
+            owner = owners.get(name, set())
+            if len(owner) == 1 and (callee := next(iter(owner))) in called and callee != module:
+                into.setdefault((module, callee), set()).add(name)
+    both = [
+        f"{a} -> {b} ({', '.join(sorted(into[a, b]))}) and back ({', '.join(sorted(into[b, a]))})"
+        for a, b in sorted(into)
+        if a < b and (b, a) in into
+    ]
+    assert not both, "engine modules calling each other back and forth:\n" + "\n".join(both)
+
+
 def test_no_reach_into_the_client() -> None:
     """Outside _client.py no module touches the client's private attributes."""
     reach = re.compile(r"(self\._client|client)\._[a-z]")

@@ -62,6 +62,16 @@ class Expiry:
         self.floor = until
 
 
+class Watching(Protocol):
+    """A guarded hold watching a record (``guard.Guarding``): told of its changes at once."""
+
+    def confirmation_moved(self, until: float, *, earlier: bool) -> None:
+        """The hold's confirmed expiry moved to ``until`` (``earlier``: it moved back)."""
+
+    def member_lost(self, why: str) -> None:
+        """The hold was lost, for ``why``."""
+
+
 class Began(NamedTuple):
     """An acquisition's announcement, as its hold's record keeps it for the hold's end."""
 
@@ -117,7 +127,7 @@ class HoldRecord:
     expiring: list[Expiry] = dataclasses.field(default_factory=list, repr=False)
     reapplying: Expiry | None = dataclasses.field(default=None, repr=False)
     # The guarded holds (``guard.HoldRecord``) watching this one: told at once when it is lost.
-    guards: list[Any] | None = dataclasses.field(default=None, repr=False)
+    guards: list[Watching] | None = dataclasses.field(default=None, repr=False)
     # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
     # event); None: begun otherwise (holds found on the server, say), and its end is not
     # announced either: every ``Released`` or ``Lost`` matches one ``Acquired``.
@@ -207,7 +217,7 @@ class HoldRecord:
         """Whether the watchdog keeps this hold alive."""
         return self.lost is None and None in self.leases
 
-    def attach_guard(self, guard: Any) -> None:
+    def attach_guard(self, guard: Watching) -> None:
         """A guarded hold (``guard.Guarding``) watches this one from now on."""
         if self.guards is None:
             self.guards = []

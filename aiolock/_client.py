@@ -17,10 +17,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._config import ClientOptions, Options, TimeArg, lease_seconds, wait_seconds
 from ._emitter import Emitter, Listener
-from ._engine.affinity import Affinity
 from ._engine.cancel import cancel_mark, cancelled_since
-from ._engine.engine import Engine
-from ._engine.holders import HolderIds
+from ._engine.engine import Affinity, Engine, HolderIds
 from ._net.cluster import Address, Connector, node_connector, seeds_of
 from ._net.wire import abandon_loop
 from ._objects.count_down_latch import CountDownLatch

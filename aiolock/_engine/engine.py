@@ -1,30 +1,31 @@
 """The engine: one client's state, and the calls every handle makes through it.
 
-A primitive (``primitive.Primitive``) describes itself: which scripts, keys and channel,
-how it renews. The engine runs those scripts and keeps every rule that makes a call
-correct, each path in the module named for it and written once for every primitive:
+A primitive (``primitive.Primitive``) describes itself: which scripts, keys and channel, how
+it renews. The engine runs those scripts and keeps every rule that makes a call correct,
+each path in the module named for it and written once for every primitive: **acquire**
+(``acquire.py``), **release** (``release.py``), the **counting objects** (``counting.py``),
+all waiting in one waiting room (``waiting.py``). What they share is here: a public call's
+start (the client open, in its own process and loop, the caller's cancel mark), holder and
+request ids, the record of a hold the server granted, the resend of a call cut off until
+it is answered; and the calls that need no path of their own: ``extend()``,
+``force_unlock()``, ``delete()`` and the queries, ``aclose()``'s releases, a guarded
+hold's watch of its channel. The handles hold an ``Engine`` and call the paths with it; the
+services of the client's event loop reach it as one bundle (``LoopServices``).
 
-* **acquire** (``acquire.py``) and **release** (``release.py``, with the hand-over to a
-  waiter of this client), the **counting objects**' take, change and wait
-  (``counting.py``), all waiting in the one waiting room (``waiting.py``);
-* **here**: what every path shares (a public call's start: the client open, in its own
-  process and loop, the caller's cancel mark; holder and request ids; the record of a
-  hold the server granted; the resend of a call cut off until it is answered), and the
-  calls that need no path of their own: ``extend()``, ``force_unlock()``, ``delete()``
-  and the queries, ``aclose()``'s releases, a guarded hold's watch of its channel.
-
-The handles hold an ``Engine`` and call the paths with it; the services of the client's
-event loop reach it as one bundle (``LoopServices``), rebuilt when the client moves to a
-new loop.
-
-**A guarded hold's watch**: nobody else releases a lock while its holder holds it, so a
-message on its channel then means the lock was deleted under it (a ``force_unlock()``,
-Redisson's ``forceUnlock()``). The term ends on that message itself, with no round trip.
-A *barrier* (``_net/subscriptions.Barrier``: a PING on the pub/sub connection once the
-hold is granted, answered in order with that connection's messages) tells such a message
-from a stale one published before the acquire: a message after the barrier reports the
-hold lost in the message's own callback; one before it, and every resubscription, looks
-the hold up once (``HEXISTS``). The body starts only once the barrier is back.
+* **Holders** are asyncio tasks, each named ``"{client.id}:{n}"`` the first time it touches
+  a lock (``HolderIds``), looked up by a weak reference: not by ``id(task)``, which the
+  interpreter reuses, nor by a ContextVar, which a child task would inherit.
+* **Affinity**: a client's connections are sockets of one process, read by one loop
+  (``Affinity``). A call from another process (a forked child) or from another running loop
+  raises ``RuntimeError`` before anything is sent; a new loop once the first is closed
+  takes the client over (its loop-bound services are rebuilt); a client never used before
+  a fork takes a new identity in the child, since two children sharing holder and request
+  ids would hold one lock as re-entries and answer each other's resends.
+* **A guarded hold's watch**: nobody else releases a lock while its holder holds it, so a
+  message on its channel then means a ``force_unlock()`` (Redisson's ``forceUnlock()``)
+  and ends the term on the message itself. A barrier (a PING on the pub/sub connection,
+  answered in order with its messages) tells such a message from a stale one published
+  before the acquire; one before it, and every resubscription, looks the hold up once.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import partial
@@ -58,17 +61,15 @@ if TYPE_CHECKING:
     from .._net.subscriptions import Barrier, PubSub
     from .._net.topology import OneServer
     from .._net.transport import CommandTransport
-    from .affinity import Affinity
     from .background import Background, LatchSweeper
     from .guard import Guard
-    from .holders import HolderIds
     from .holds import Expiry, HoldRecord, HoldRegistry
     from .ordering import CallOrder
     from .primitive import Call, Invocation, Primitive, Waitable
     from .renewal import RenewalService
     from .waiting import HandOvers, Waiter, WaitingRoom
 
-__all__ = ("Engine", "LoopServices")
+__all__ = ("PROCESS", "THREAD_OWNER_PREFIX", "Affinity", "Engine", "HolderIds", "LoopServices")
 
 log = logging.getLogger("aiolock")
 T = TypeVar("T")
@@ -688,3 +689,197 @@ async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
     finally:
         for wait in waits:
             wait.cancel()
+
+
+# Holder identity
+
+#: The ``owner=`` of a thread of ``aiolock.sync`` starts with this (a sync handle refuses
+#: it as a user's ``owner=``).
+#: Such a holder makes one call at a time (its thread blocks on each), as a task does, so
+#: a release may hand it the lock (_handover.py); other ``owner=`` holders may have calls
+#: under way in several tasks, and never are heirs.
+THREAD_OWNER_PREFIX = "aiolock-thread:"
+
+
+class HolderIds:
+    """Assigns holder ids to tasks for one client."""
+
+    __slots__ = ("_counter", "_ids", "_threads", "client_id")
+
+    def __init__(self, client_id: str) -> None:
+        #: The client's id, the first part of every holder id it hands out.
+        self.client_id = client_id
+        self._threads = self.owner(THREAD_OWNER_PREFIX)
+        self._counter = itertools.count(1)
+        # Weak by task, as a WeakKeyDictionary but without its Python-level get() on every
+        # call: a lookup is a dict lookup by a fresh reference (equal to the stored one
+        # while the task lives); the stored reference's callback drops the entry.
+        self._ids: dict[weakref.ref[asyncio.Task[Any]], str] = {}
+
+    def renew(self, client_id: str) -> None:
+        """Start again as ``client_id``: a forked child's own ids (``affinity.py``)."""
+        self.client_id = client_id
+        self._threads = self.owner(THREAD_OWNER_PREFIX)
+        self._counter = itertools.count(1)
+        self._ids = {}
+
+    def current(self) -> tuple[str, asyncio.Task[Any]]:
+        """The calling task's holder id, and the task."""
+        try:
+            task = asyncio.current_task()
+        except RuntimeError:
+            # No asyncio loop in this thread: most likely trio, or anyio on its trio
+            # backend, where asyncio's own "no running event loop" would only confuse.
+            raise RuntimeError(
+                "aiolock runs on asyncio (and on anyio with its asyncio backend): no asyncio "
+                "event loop is running here (trio and anyio's trio backend are not supported)"
+            ) from None
+        if task is None:
+            raise RuntimeError("aiolock locks must be used from inside an asyncio task")
+        return self.of(task), task
+
+    def of(self, task: asyncio.Task[Any]) -> str:
+        """The holder id of ``task`` (a new one the first time)."""
+        holder = self._ids.get(weakref.ref(task))
+        if holder is None:
+            holder = f"{self.client_id}:{next(self._counter)}"
+            self._ids[weakref.ref(task, self._forget)] = holder
+        return holder
+
+    def _forget(self, ref: weakref.ref[asyncio.Task[Any]]) -> None:
+        # A dead reference still finds its own entry (its hash was kept; it equals itself).
+        self._ids.pop(ref, None)
+
+    def owner(self, owner: str) -> str:
+        """The holder id of an explicit ``owner=``: never equal to a task's (API.md)."""
+        return f"{self.client_id}:owner:{owner}"
+
+    def is_thread(self, holder: str) -> bool:
+        """Whether ``holder`` is a thread of aiolock.sync (one call at a time)."""
+        return holder.startswith(self._threads)
+
+
+# Affinity
+
+
+class _Process:
+    """The running process, as a client sees it: how many forks away from its first."""
+
+    __slots__ = ("forks",)
+
+    def __init__(self) -> None:
+        self.forks = 0
+
+
+#: Bumped in every child of ``os.fork()`` (and so of multiprocessing's fork start method).
+PROCESS = _Process()
+
+
+# Every affinity not bound to a process and a loop yet (a client never used): each takes a
+# new identity in a forked child. Weak: a client forgotten unused is not kept.
+_unbound: weakref.WeakSet[Affinity] = weakref.WeakSet()
+
+
+def _forked() -> None:
+    PROCESS.forks += 1
+    # In the child, which runs only this thread: nothing else can touch the set.
+    for affinity in list(_unbound):
+        affinity.new_process()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_forked)
+
+
+class Affinity:
+    """The process and the event loop a client belongs to: those of its first call."""
+
+    __slots__ = ("__weakref__", "_forks", "_loop", "_on_new_loop", "_on_new_process", "_pid")
+
+    def __init__(
+        self,
+        on_new_loop: Callable[[asyncio.AbstractEventLoop], None] | None = None,
+        on_new_process: Callable[[], None] | None = None,
+    ) -> None:
+        """``on_new_loop(dead)`` moves the client off its closed loop ``dead``.
+
+        It runs before the first call in a new loop. None: such calls are refused too.
+        ``on_new_process()`` gives the client a new identity in a forked child that never
+        used it (``new_process``).
+        """
+        self._on_new_loop = on_new_loop
+        self._on_new_process = on_new_process
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._forks = PROCESS.forks
+        self._pid = os.getpid()
+        _unbound.add(self)
+
+    def new_process(self) -> None:
+        """In a forked child, a client not used yet becomes the child's own: a new identity.
+
+        Called at the fork (``_forked``), and by the first call should that have failed.
+        The process is recorded only once the identity is new, so a failure is retried.
+        """
+        if self._loop is not None or self._forks == PROCESS.forks:
+            return
+        if self._on_new_process is not None:
+            self._on_new_process()
+        self._forks = PROCESS.forks
+        self._pid = os.getpid()
+
+    def check(self) -> None:
+        """Raise ``RuntimeError`` unless called in the client's process and event loop.
+
+        The first call binds the client to its loop (and to its process, if the client was
+        made in another one and never used there). Outside an asyncio loop (no running loop)
+        nothing is checked: the call fails just after, with a message that says why.
+        """
+        self.check_loop(asyncio._get_running_loop())
+
+    def check_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """``check()`` for a caller that looked up the running loop (None: none) already."""
+        if loop is self._loop and self._forks == PROCESS.forks:
+            return
+        self._refuse_or_bind(loop)
+
+    @property
+    def foreign(self) -> bool:
+        """Whether this is a forked child of the process the client was used in."""
+        return self._forks != PROCESS.forks and self._loop is not None
+
+    def _refuse_or_bind(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        if self._loop is None:
+            if loop is not None:
+                # Made in one process, used first in another (a client made at import and
+                # forked before any call): it is the child's, with an identity of its own
+                # (new_process, done at the fork already unless that failed), and the
+                # parent's copy is the parent's own.
+                self.new_process()
+                self._loop = loop
+                _unbound.discard(self)
+            return
+        if self._forks != PROCESS.forks:
+            raise RuntimeError(self._fork_message())
+        if loop is None:
+            return
+        if self._loop.is_closed() and self._on_new_loop is not None:
+            # Moved, then bound: were the move to fail, the next call tries it again.
+            self._on_new_loop(self._loop)
+            self._loop = loop
+            return
+        closed = " (now closed)" if self._loop.is_closed() else ""
+        raise RuntimeError(
+            f"this aiolock client belongs to the event loop that first used it{closed}, "
+            "and was called from another one while that loop still exists: its "
+            "connections are that loop's. Close that loop first, or create one "
+            "client per event loop, inside it (in the coroutine given to asyncio.run(), in "
+            "an async fixture or an app's lifespan), not at module level"
+        )
+
+    def _fork_message(self) -> str:
+        return (
+            f"this aiolock client was first used in process {self._pid} and cannot be used "
+            f"in process {os.getpid()}, a child forked from it: its connections are the "
+            "parent's. Create a new client after the fork (in the child); the parent's "
+            "client is unaffected"
+        )

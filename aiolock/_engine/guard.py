@@ -52,20 +52,12 @@ __all__ = (
     "guarding_of",
 )
 
-# The drift margin: Redisson's RedLock allows lease * 0.01 + 2 ms for clock drift; this
-# margin is 1 % of the lease plus 12 ms. The guard compares the LOCAL monotonic clock with
-# an expiry the SERVER keeps on ITS clock, both counting from one instant (the server runs
-# a command after it was sent), so what matters is:
-# * the clocks' rates: one slewed by NTP runs at most 500 ppm off, two of them 0.1 % of the
-#   lease apart at worst: 1 % is ten times that (a VM paused and resumed is not drift; no
-#   margin covers it: see the docs);
-# * the server's expiry granularity: whole milliseconds (PEXPIRE; a script's time is
-#   frozen as it starts; an expired key is never returned once its ms has passed), and the
-#   lease rounded to ms: 2 ms;
-# * the cancel's delivery: the timer fires late (epoll waits whole ms, rounded up), then
-#   the scope's callback and the body's next step take a loop iteration each:
-#   benchmarks/guard_latency.py measured p50 1.3 ms, p99 2.2 ms from confirmed_until to
-#   the body's CancelledError on a shared 2-core machine: 10 ms, four times that.
+# The guard compares the local monotonic clock with an expiry the server keeps on its own
+# clock, both counting from one instant (the server runs a command after it was sent). The
+# margin covers the clocks' rates (two NTP-slewed clocks drift at most 0.1 % of the lease
+# apart: 1 % is ten times that), the server's whole-millisecond expiry, and the cancel's
+# delivery a loop iteration or two after the timer fires; its measured delivery latency is
+# in docs/architecture.md ("The guard's drift margin"). A VM paused and resumed is not drift.
 DRIFT_FACTOR = 0.01
 DRIFT_S = 0.012
 

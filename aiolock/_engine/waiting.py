@@ -14,10 +14,9 @@ newcomer queued behind them waits at most that long for a message.
 
 Every release that frees a lock publishes a message; each client with waiters wakes one,
 and every one of them runs its acquire script: one wins, the others have spent a round
-trip for nothing. Across four processes that made five round trips per acquisition. When
-the releasing client has a waiter of its own parked on the lock, the release script can
-instead write that waiter's hold in place of the releaser's (``lock_release.lua``, reply
-3): one round trip for the release and the acquisition together, no message, no attempt
+trip for nothing. When the releasing client has a waiter of its own parked on the lock,
+the release script can instead write that waiter's hold in place of the releaser's
+(``lock_release.lua``, reply 3): one round trip for the release and the acquisition together, no message, no attempt
 anywhere. The lock is never free in between, so the state stays Redisson's.
 
 Rules, all here as plain sync methods:
@@ -424,10 +423,9 @@ class WaitingRoom:
         return max(0, round((until - asyncio.get_running_loop().time()) * 1000))
 
 
-#: Hand-overs in a row on one lock before a release frees it for everyone. Each free-for-all
-#: costs one attempt per client with waiters; with four processes of eight tasks on one
-#: lock, 8 gave 1.15-1.22x the owner changes of a pub/sub token ring where 3 gave
-#: 0.82-0.86x (benchmark, pinned to one core), at the price of longer turns per client.
+#: Hand-overs in a row on one lock before a release frees it for everyone: each free-for-all
+#: costs one attempt per client with waiters, and more in a row mean longer turns per client
+#: (the measured choice is in docs/architecture.md, "Hand-overs in a row").
 IN_A_ROW = 8
 
 

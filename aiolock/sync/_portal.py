@@ -40,8 +40,7 @@ from _thread import allocate_lock as _allocate_lock
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
-from .._engine.affinity import PROCESS
-from .._engine.holders import THREAD_OWNER_PREFIX
+from .._engine.engine import PROCESS, THREAD_OWNER_PREFIX
 from .._exceptions import ClientClosedError
 
 __all__ = ("Call", "Portal", "portal", "thread_owner")

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._engine.affinity import PROCESS
+from .._engine.engine import PROCESS
 from .._exceptions import ClientClosedError
 from ._portal import Portal, portal
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 import aiolock
+from aiolock._keys import lock_channel
 from aiolock.events import (
     KINDS,
     Acquired,
@@ -214,6 +215,14 @@ async def test_reconnected_after_client_kill(
 
     waiter = asyncio.create_task(contender())
     await wait_until(lambda: inside.waiting_room(client).waiting(name) == 1)
+
+    async def subscribed() -> bool:
+        # The waiter counts as waiting before its SUBSCRIBE is sent: a kill before the
+        # pub/sub connection is open would leave nothing to reconnect.
+        counts = await raw.execute_command("PUBSUB", "NUMSUB", lock_channel(name))  # type: ignore[no-untyped-call]
+        return int(counts[1]) == 1
+
+    await wait_until(subscribed, what="the waiter subscribed on the server")
     await raw.execute_command("CLIENT", "KILL", "TYPE", "pubsub")  # type: ignore[no-untyped-call]
     await wait_until(lambda: bool(of(events, Reconnected)), what="pub/sub reconnected")
     await raw.execute_command("CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes")  # type: ignore[no-untyped-call]

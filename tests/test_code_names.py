@@ -70,14 +70,6 @@ OTHERS: dict[str, str | None] = {
 #: whoever finishes the move.
 _MOVING: frozenset[tuple[str, str]] = frozenset(
     {
-        ("_engine/engine.py", "_handover.py"),
-        ("_engine/engine.py", "affinity.py"),
-        ("_engine/guard.py", "_engine/watch.py"),
-        ("_engine/guard.py", "lock.guarded"),
-        ("_engine/holds.py", "guard.HoldRecord"),
-        ("_engine/primitive.py", "watch.py"),
-        ("_engine/waiting.py", "handover.py"),
-        ("_engine/waiting.py", "watch.py"),
         ("_net/scripts.py", "aiolock._lua"),
         ("_net/wire.py", "_engine/affinity.py"),
         ("_net/wire.py", "transport.close"),

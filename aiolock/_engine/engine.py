@@ -150,7 +150,7 @@ class Engine:
         self.services = services
 
     def new_identity(self, client_id: str) -> None:
-        """Hand out ids under ``client_id`` from now on: a forked child's (``affinity.py``).
+        """Hand out ids under ``client_id`` from now on: a forked child's (``Affinity``).
 
         Holder ids and request ids both: a child sharing its parent's (or a sibling's)
         would hold a lock as a re-entry of another process's hold, and have its acquire
@@ -173,7 +173,7 @@ class Engine:
         """Raise ClientClosedError once the client is closed.
 
         RuntimeError if called in another process or event loop than the client's
-        (``affinity.py``): before any I/O.
+        (``Affinity``): before any I/O.
         """
         if self.closed:
             raise ClientClosedError
@@ -696,7 +696,7 @@ async def _either(first: asyncio.Event, second: asyncio.Event) -> None:
 #: The ``owner=`` of a thread of ``aiolock.sync`` starts with this (a sync handle refuses
 #: it as a user's ``owner=``).
 #: Such a holder makes one call at a time (its thread blocks on each), as a task does, so
-#: a release may hand it the lock (_handover.py); other ``owner=`` holders may have calls
+#: a release may hand it the lock (``waiting.Offer``); other ``owner=`` holders may have calls
 #: under way in several tasks, and never are heirs.
 THREAD_OWNER_PREFIX = "aiolock-thread:"
 
@@ -717,7 +717,7 @@ class HolderIds:
         self._ids: dict[weakref.ref[asyncio.Task[Any]], str] = {}
 
     def renew(self, client_id: str) -> None:
-        """Start again as ``client_id``: a forked child's own ids (``affinity.py``)."""
+        """Start again as ``client_id``: a forked child's own ids (``Affinity``)."""
         self.client_id = client_id
         self._threads = self.owner(THREAD_OWNER_PREFIX)
         self._counter = itertools.count(1)

@@ -1,6 +1,6 @@
 """Guarded holds: a body that runs only while its lock is known to be held.
 
-``lock.guarded()`` takes the lock and runs its body in the calling task; at the moment of
+``LockHandle.guarded()`` takes the lock and runs its body in the calling task; at the moment of
 loss the guard cancels that task directly (and takes that cancel back at the block's exit,
 as ``asyncio.timeout()`` does, so a cancel from outside still wins and nested scopes
 behave). The body is cancelled, and the block raises ``LockLostError``, when
@@ -473,7 +473,7 @@ class Guarded:
         self._watch = self._lock._guard_watch(armed)
         if self._watch is not None:
             # The body begins once the watch of its channel is in place (a round trip on
-            # the pub/sub connection, see _engine/watch.py): from then on a force ends it
+            # the pub/sub connection, see ``Engine.watch_taken``): from then on a force ends it
             # on the unlock message itself, before the next holder's acquire is answered.
             try:
                 await armed.wait()

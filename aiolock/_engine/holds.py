@@ -126,7 +126,7 @@ class HoldRecord:
     # release's among them (one release of a holder is in flight at a time: its turn).
     expiring: list[Expiry] = dataclasses.field(default_factory=list, repr=False)
     reapplying: Expiry | None = dataclasses.field(default=None, repr=False)
-    # The guarded holds (``guard.HoldRecord``) watching this one: told at once when it is lost.
+    # The guarded holds (``guard.Guarding``) watching this one: told at once when it is lost.
     guards: list[Watching] | None = dataclasses.field(default=None, repr=False)
     # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
     # event); None: begun otherwise (holds found on the server, say), and its end is not

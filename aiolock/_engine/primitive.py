@@ -225,7 +225,7 @@ class Primitive(Waitable):
     #: still wake its own waiters at once.
     polls: ClassVar[bool] = False
     #: A message on the holder's channel while it holds means the lock was forced open
-    #: (only a force publishes then): a guarded hold watches it (``watch.py``).
+    #: (only a force publishes then): a guarded hold watches it (``Engine.watch_taken``).
     watched: ClassVar[bool] = False
     #: Its holds are a leader's terms (``client.leader()``): their events say so.
     leader: ClassVar[bool] = False

@@ -16,8 +16,9 @@ Every release that frees a lock publishes a message; each client with waiters wa
 and every one of them runs its acquire script: one wins, the others have spent a round
 trip for nothing. When the releasing client has a waiter of its own parked on the lock,
 the release script can instead write that waiter's hold in place of the releaser's
-(``lock_release.lua``, reply 3): one round trip for the release and the acquisition together, no message, no attempt
-anywhere. The lock is never free in between, so the state stays Redisson's.
+(``lock_release.lua``, reply 3): one round trip for the release and the acquisition
+together, no message, no attempt anywhere. The lock is never free in between, so the
+state stays Redisson's.
 
 Rules, all here as plain sync methods:
 
@@ -98,11 +99,11 @@ class Waiter:
         #: the primitive it waits for (which says whether it takes a hand-over).
         self.parked: Call | None = None
         self.parked_as: Primitive | None = None
-        #: A hand-over offered to it (see handover.py), until the waiter is gone.
+        #: A hand-over offered to it (the module docstring's Hand-over), until it is gone.
         self.offer: Offer | None = None
-        #: A watcher's (``watch.py``): a barrier sent on its subscription's connection after
-        #: the hold began, and what to call, at once, for a message heard after the barrier
-        #: passed (it was published while the hold was held: the hold was forced away).
+        #: A watcher's (``Engine.watch_taken``): a barrier sent on its subscription's
+        #: connection after the hold began, and what to call, at once, for a message heard
+        #: after the barrier passed (published while the hold was held: it was forced away).
         self.barrier: Barrier | None = None
         self.forced: Callable[[], None] | None = None
 
@@ -266,7 +267,7 @@ class WaitingRoom:
     def heir(
         self, channel: str, releaser: Primitive, eligible: Callable[[Call], bool]
     ) -> tuple[Waiter, Call, Primitive] | None:
-        """Who a release of ``releaser`` on ``channel`` hands the lock to (see handover.py).
+        """Who a release of ``releaser`` on ``channel`` hands the lock to (see Hand-over above).
 
         The oldest exclusive waiter parked, not woken, with no offer yet and whose call is
         ``eligible``, with its call and primitive; None if there is none, or if it takes

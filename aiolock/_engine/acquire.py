@@ -123,9 +123,7 @@ async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireRe
         if not reply.stale or cancel_requested(call.caller, call.mark) or engine.closed:
             break
         _after_stale(engine, primitive, call, reply.count, ticket)
-    caller = call.caller
-    # cancel_requested(), inline: asked on every attempt.
-    if engine.closed or (caller is not None and caller.cancelling() > call.mark):
+    if engine.closed or cancel_requested(call.caller, call.mark):
         _unsettled(pending)
         _cut_short(engine, primitive, call, reply, ticket, target=target, tombstone=tombstone)
     if reply.acquired:
@@ -457,7 +455,7 @@ async def _acquire(
 ) -> bool:
     started = monotonic()
     mark, task = engine.call_starts()
-    # One coroutine for the whole call (no inner one per acquire): its body is inline.
+    # One coroutine for the whole call, which its deadline (``within``) can cut.
     try:
         services = engine.services
         call = _call(

@@ -175,9 +175,13 @@ class Engine:
         RuntimeError if called in another process or event loop than the client's
         (``Affinity``): before any I/O.
         """
+        self._check_open_in(asyncio._get_running_loop())
+
+    def _check_open_in(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """``check_open()`` where the caller has looked up the running loop (None: none)."""
         if self.closed:
             raise ClientClosedError
-        self._affinity.check()
+        self._affinity.check_loop(loop)
         self.started = True
 
     def check_not_closed(self) -> None:
@@ -218,16 +222,12 @@ class Engine:
 
         The task (None outside one) is looked up once for the whole call.
 
-        The call counts as under way (aclose() waits for it). Each caller writes the rest
-        of the guard inline: a wrapper coroutine would cost every call a frame.
+        The call counts as under way (aclose() waits for it); each caller ends it
+        (``Background.call_ended``) in a ``finally`` of its own coroutine.
         """
-        # check_open(), with the loop looked up once for it and the task (each lookup is
-        # a getpid() call on 3.11; asyncio.current_task() would look it up again).
-        if self.closed:
-            raise ClientClosedError
+        # Looked up once for the check and the task: on 3.11 each lookup calls getpid().
         loop = asyncio._get_running_loop()
-        self._affinity.check_loop(loop)
-        self.started = True
+        self._check_open_in(loop)
         task = None if loop is None else asyncio.current_task(loop)
         mark = task.cancelling() if task is not None else 0
         self.services.background.call_started()

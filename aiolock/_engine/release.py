@@ -38,7 +38,6 @@ log = logging.getLogger("aiolock")
 async def release(engine: Engine, primitive: Primitive, owner: str | None) -> None:
     """Release one hold of ``owner`` (None: the calling task) on ``primitive``."""
     mark, task = engine.call_starts()
-    # One coroutine for the whole call (no inner one per unlock): its body is inline.
     try:
         holder, _ = engine.holder(owner, task)
         # Looked up once: the services change only with the event loop, never under a call.

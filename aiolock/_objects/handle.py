@@ -244,19 +244,7 @@ class LockHandle(Acquirable):
     def _acquire(
         self, wait: float | None, lease: float | None, *, timed: bool = False
     ) -> Awaitable[bool]:
-        # The engine's coroutine itself, awaited by the caller: no extra frame per acquire.
         return acquire(self._engine, self._primitive, self._owner, wait, lease, timed=timed)
-
-    async def lock(self, lease: TimeArg = None) -> None:
-        """Wait until acquired. ``lease`` None: the watchdog keeps the lease alive."""
-        # Acquirable.lock(), straight to the engine (no _acquire() call per lock).
-        await acquire(
-            self._engine,
-            self._primitive,
-            self._owner,
-            None,
-            None if lease is None else lease_seconds(lease),
-        )
 
     # -- guarded holds --------------------------------------------------------------------
 

@@ -32,18 +32,6 @@ DOC = ROOT / "docs" / "architecture.md"
 #: ``problems()`` gives; emptied by whoever finishes the move.
 _MOVING: frozenset[str] = frozenset(
     {
-        "_engine/: the doc says 24 modules",
-        "_engine/affinity.py: in a table",
-        "_engine/closing.py: in a table",
-        "_engine/commands.py: in a table",
-        "_engine/core.py: in a table",
-        "_engine/extend.py: in a table",
-        "_engine/handover.py: in a table",
-        "_engine/holders.py: in a table",
-        "_engine/latches.py: in a table",
-        "_engine/replies.py: in a table",
-        "_engine/services.py: in a table",
-        "_engine/watch.py: in a table",
         "_net/lua/: the doc says 21 fragments",
         "_net/lua/: the doc says 39 scripts",
     }

@@ -34,7 +34,7 @@ from .failures import Failure, failure
 from .ordering import in_turn
 from .primitive import AcquireReply, Call, script_error
 from .release import release_later
-from .waiting import Offer
+from .waiting import Offer, Step, wait_in_line
 
 if TYPE_CHECKING:
     from .._net.subscriptions import Subscription
@@ -663,27 +663,14 @@ async def _wait(
     waiter: Waiter | None,
     ttl_ms: int,
 ) -> bool:
+    """Wait in the one wait loop (``waiting.wait_in_line``) until acquired or late."""
     waiting = engine.services.waiting
     waiting.enter(primitive.key, call.field)
     engine.events.wait_started(primitive.lock_kind, primitive.name)
     waiting.saw_lease(primitive.key, ttl_ms)
+    turn = _LockTurn(engine, primitive, call)
     try:
-        if sub is None:
-            sub = await _subscribe(engine, primitive, call)
-            if sub is None:
-                await give_up(engine, primitive, call)
-                return False
-            waiter = None  # subscribed only now: attempt again before waiting
-        while True:
-            # The subscription stays referenced (and so subscribed) while this waits.
-            outcome = await _wait_subscribed(engine, primitive, call, sub, waiter, ttl_ms)
-            if outcome is not None:
-                return outcome
-            sub = await _subscribe(engine, primitive, call)
-            if sub is None:
-                await give_up(engine, primitive, call)
-                return False
-            waiter = None
+        return await wait_in_line(turn, sub, waiter, turn.bound(ttl_ms))
     except BaseException:
         if primitive.leaves_queue and waiting.field_waiting(primitive.key, call.field) == 1:
             # The queue exit takes its place in the holder's line now, so the holder's
@@ -698,6 +685,60 @@ async def _wait(
         engine.events.wait_ended(primitive.lock_kind, primitive.name)
 
 
+class _LockTurn:
+    """A lock's steps in the one wait loop: its attempt, and a hand-over to take."""
+
+    __slots__ = ("_channel", "_room", "call", "deadline", "engine", "primitive")
+
+    def __init__(self, engine: Engine, primitive: Primitive, call: Call) -> None:
+        self.engine = engine
+        self.primitive = primitive
+        self.call = call
+        self.deadline = call.deadline
+        self._room = engine.services.waiting
+        self._channel = primitive.channel(call.holder)
+
+    def bound(self, ttl_ms: int) -> float:
+        """How long a lost message may cost: the holder's remaining lease."""
+        return ttl_ms / 1000 if ttl_ms >= 0 else self.engine.settings.ttl_cap
+
+    async def subscribe(self) -> Subscription | None:
+        return await _subscribe(self.engine, self.primitive, self.call)
+
+    def register(self) -> Waiter:
+        primitive = self.primitive
+        return self._room.add(self._channel, primitive.wake_count, shared=primitive.shared_waits)
+
+    async def attempt(self, waiter: Waiter) -> Step:
+        reply = await attempt(self.engine, self.primitive, self.call)
+        if reply.acquired:
+            return Step(done=True)
+        self._room.saw_lease(self.primitive.key, reply.ttl_ms)
+        return Step(done=False, bound=self.bound(reply.ttl_ms))
+
+    def took(self, waiter: Waiter, step: Step) -> None:
+        self._room.remove(self._channel, waiter, leaving=False)
+
+    def check_open(self) -> None:
+        self.engine.check_open()
+
+    def park(self, waiter: Waiter) -> None:
+        waiter.park(self.primitive, self.call)
+
+    async def woken(self, waiter: Waiter) -> bool | None:
+        offer = waiter.offer
+        return None if offer is None else await _take(self.engine, self.call, offer)
+
+    def leave(self, waiter: Waiter, *, leaving: bool, mid_attempt: bool = False) -> None:
+        self._room.remove(self._channel, waiter, leaving=leaving, mid_attempt=mid_attempt)
+
+    def abandon(self, waiter: Waiter) -> None:
+        _leave_offer(self.engine, self.primitive, self.call, waiter.offer)
+
+    async def give_up(self) -> None:
+        await give_up(self.engine, self.primitive, self.call)
+
+
 async def _subscribe(engine: Engine, primitive: Primitive, call: Call) -> Subscription | None:
     """Subscribe to ``call``'s channel; None if its deadline came first."""
     loop = asyncio.get_running_loop()
@@ -707,77 +748,6 @@ async def _subscribe(engine: Engine, primitive: Primitive, call: Call) -> Subscr
     except ResponseError as exc:
         # An ACL refusing SUBSCRIBE: name the lock, as for its scripts.
         raise script_error(primitive.name, primitive.key, exc) from exc
-
-
-async def _wait_subscribed(
-    engine: Engine,
-    primitive: Primitive,
-    call: Call,
-    sub: Subscription,
-    waiter: Waiter | None,
-    ttl_ms: int,
-) -> bool | None:
-    """Wait on ``sub`` (released at the end) until the lock is taken or time is up.
-
-    None: ``sub`` went stale (its cluster slot moved); subscribe again and go on.
-    """
-    loop = asyncio.get_running_loop()
-    room = engine.services.waiting
-    channel = primitive.channel(call.holder)
-    try:
-        # Until the channel's cluster slot moves (its waiters are woken then): the
-        # caller then subscribes where it is served now, before the next attempt.
-        while waiter is not None or not sub.stale:
-            if waiter is None:
-                # Register before the attempt: a release published while the script is in
-                # flight then wakes this very waiter, so it is never missed.
-                waiter = room.add(channel, primitive.wake_count, shared=primitive.shared_waits)
-                try:
-                    reply = await attempt(engine, primitive, call)
-                except BaseException:
-                    room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                    raise
-                if reply.acquired:
-                    room.remove(channel, waiter, leaving=False)
-                    return True
-                ttl_ms = reply.ttl_ms
-                engine.services.waiting.saw_lease(primitive.key, ttl_ms)
-            # A lost message costs at most the holder's remaining lease.
-            bound = ttl_ms / 1000 if ttl_ms >= 0 else engine.settings.ttl_cap
-            if call.deadline is not None:
-                remaining = call.deadline - loop.time()
-                if remaining <= 0:
-                    room.remove(channel, waiter, leaving=True)
-                    await give_up(engine, primitive, call)
-                    return False
-                bound = min(bound, remaining)
-            try:
-                engine.check_open()
-                waiter.park(primitive, call)  # from now on a release may hand it the lock
-                try:
-                    await waiter.wait(bound)
-                finally:
-                    waiter.unpark()
-                engine.check_open()
-                taken = None if waiter.offer is None else await _take(engine, call, waiter.offer)
-            except BaseException:
-                _leave_offer(engine, primitive, call, waiter.offer)
-                room.remove(channel, waiter, leaving=True)
-                raise
-            if taken is not None:
-                # Handed the lock (True), or the deadline passed while the hand-over was
-                # still being decided (False).
-                if not taken:
-                    _leave_offer(engine, primitive, call, waiter.offer)
-                room.remove(channel, waiter, leaving=not taken)
-                if not taken:
-                    await give_up(engine, primitive, call)
-                return taken
-            room.remove(channel, waiter, leaving=False)
-            waiter = None
-        return None
-    finally:
-        sub.release()
 
 
 async def _take(engine: Engine, call: Call, offer: Offer) -> bool | None:

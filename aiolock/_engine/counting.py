@@ -22,8 +22,10 @@ from .._keys import acquire_tombstone_key, unlock_latch_key
 from .cancel import cancelled_since
 from .failures import Failure, failure
 from .primitive import Outcome, Renewing, script_error
+from .waiting import Step, wait_in_line
 
 if TYPE_CHECKING:
+    from .._net.subscriptions import Subscription
     from ..events import SemaphoreKind
     from .engine import Engine
     from .primitive import Invocation, Waitable
@@ -260,16 +262,12 @@ async def _wait_for(
 
     ``kind``: its wait is told as a ``Waiting`` of that kind (None: not told).
 
-    As a lock's wait: the waiter registers before each attempt, so a message published
-    while it is in flight wakes it; each wait is bounded (``_RECHECK``), so a lost
-    message costs latency, never liveness (and by the attempt's own hint: the next
-    permit to expire); a waiter woken for nothing passes its turn
-    on, so a message that lets someone in is never spent on one that cannot use it.
-
-    No barging (``waitable.no_barging``): a call that finds this client's waiters on the
-    channel queues behind them without trying, and a take that leaves some available
-    wakes as many waiters as that lets in (``Outcome.left``), so the queue never sits
-    on something free.
+    In the one wait loop (``waiting.wait_in_line``), as a lock's: each wait is bounded
+    (``_RECHECK``, and the attempt's own hint: the next permit to expire). No barging
+    (``waitable.no_barging``): a call that finds this client's waiters on the channel
+    queues behind them without trying, and a take that leaves some available wakes as
+    many waiters as that lets in (``Outcome.left``), so the queue never sits on something
+    free.
     """
     room = engine.services.waiting
     channel = waitable.channel("")
@@ -282,85 +280,96 @@ async def _wait_for(
     room.enter(waitable.key, "")
     engine.events.wait_started(kind, waitable.name)
     try:
-        return await _wait_in_line(engine, waitable, channel, attempt, deadline, queue=queue)
+        turn = _CountingTurn(engine, waitable, channel, attempt, deadline, queue=queue)
+        return await wait_in_line(turn, None, None, _RECHECK)
     finally:
         room.leave(waitable.key, "")
         engine.events.wait_ended(kind, waitable.name)
 
 
-async def _wait_in_line(
-    engine: Engine,
-    waitable: Waitable,
-    channel: str,
-    attempt: Callable[[], Awaitable[Outcome]],
-    deadline: float | None,
-    *,
-    queue: bool,
-) -> bool:
-    """``_wait_for``'s wait, once the call is in the waiting room.
+class _CountingTurn:
+    """A counting object's steps in the one wait loop: a take or a look, and what it left."""
 
-    ``queue``: the call queues behind this client's waiters, untried, at first.
-    """
-    room = engine.services.waiting
-    loop = asyncio.get_running_loop()
-    settled = False
-    while True:
-        remaining = None if deadline is None else deadline - loop.time()
-        sub = await engine.services.pubsub.subscribe(channel, remaining)
-        if sub is None:
-            return False
-        try:
-            while not sub.stale:
-                # Decided with no await before the waiter is in line: those ahead
-                # wake it as they leave (or take, leaving some).
-                behind = queue and room.queues_behind(channel)
-                queue = False
-                waiter = room.add(
-                    channel,
-                    waitable.wake_count,
-                    shared=waitable.shared_waits,
-                    counts_available=waitable.counts_available,
-                )
-                leaving = True
-                try:
-                    outcome = _QUEUED if behind else await _in_line(waiter, attempt)
-                    # A message that is itself what the wait waits for (a latch's
-                    # "0") settles it, whatever the attempt found since.
-                    if outcome.done or settled or waiter.settled:
-                        leaving = False
-                        _took(engine, waitable, channel, waiter, outcome.left)
-                        return True
-                    if outcome.spare:
-                        # Too little left for this call, but some: a waiter behind
-                        # may fit. It gets this call's wake-up, and this call waits
-                        # behind it (nothing is delivered in between: no await).
-                        room.remove(channel, waiter, leaving=True, mid_attempt=True)
-                        waiter = room.add(
-                            channel,
-                            waitable.wake_count,
-                            shared=waitable.shared_waits,
-                            counts_available=waitable.counts_available,
-                        )
-                        waiter.short = True
-                    hint = outcome.wait
-                    bound = _RECHECK if hint is None else min(_RECHECK, hint)
-                    if deadline is not None:
-                        bound = min(bound, deadline - loop.time())
-                        if bound <= 0:
-                            return False
-                    engine.check_open()
-                    await waiter.wait(bound)
-                    engine.check_open()
-                    leaving = False
-                    settled = waiter.settled
-                finally:
-                    # Leaving without what it waits for (deadline, cancel, close):
-                    # a wake-up it was given goes on, as a lock waiter's does, and
-                    # so does the turn of an attempt cut off (calls queued behind
-                    # it count on it).
-                    room.remove(channel, waiter, leaving=leaving, mid_attempt=waiter.trying)
-        finally:
-            sub.release()
+    __slots__ = (
+        "_attempt",
+        "_behind",
+        "_channel",
+        "_queue",
+        "_room",
+        "deadline",
+        "engine",
+        "waitable",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        waitable: Waitable,
+        channel: str,
+        attempt: Callable[[], Awaitable[Outcome]],
+        deadline: float | None,
+        *,
+        queue: bool,
+    ) -> None:
+        self.engine = engine
+        self.waitable = waitable
+        self.deadline = deadline
+        self._channel = channel
+        self._attempt = attempt
+        self._room = engine.services.waiting
+        # The call queues behind this client's waiters, untried, at first.
+        self._queue = queue
+        self._behind = False
+
+    async def subscribe(self) -> Subscription | None:
+        loop = asyncio.get_running_loop()
+        remaining = None if self.deadline is None else self.deadline - loop.time()
+        return await self.engine.services.pubsub.subscribe(self._channel, remaining)
+
+    def register(self) -> Waiter:
+        # Decided with no await before the waiter is in line: those ahead wake it as they
+        # leave (or take, leaving some).
+        self._behind = self._queue and self._room.queues_behind(self._channel)
+        self._queue = False
+        waitable = self.waitable
+        return self._room.add(
+            self._channel,
+            waitable.wake_count,
+            shared=waitable.shared_waits,
+            counts_available=waitable.counts_available,
+        )
+
+    async def attempt(self, waiter: Waiter) -> Step:
+        outcome = _QUEUED if self._behind else await self._attempt()
+        hint = outcome.wait
+        bound = _RECHECK if hint is None else min(_RECHECK, hint)
+        return Step(outcome.done, bound, spare=outcome.spare, left=outcome.left)
+
+    def took(self, waiter: Waiter, step: Step) -> None:
+        _took(self.engine, self.waitable, self._channel, waiter, step.left)
+        self._room.remove(self._channel, waiter, leaving=False)
+
+    def check_open(self) -> None:
+        self.engine.check_open()
+
+    def park(self, waiter: Waiter) -> None:
+        """Nothing is handed over to a counting object's waiter."""
+
+    async def woken(self, waiter: Waiter) -> bool | None:
+        # A message that is itself what the wait waits for (a latch's "0") settles it.
+        return True if waiter.settled else None
+
+    def leave(self, waiter: Waiter, *, leaving: bool, mid_attempt: bool = False) -> None:
+        # Leaving without what it waits for (deadline, cancel, close): a wake-up it was
+        # given goes on, as a lock waiter's does, and so does the turn of an attempt cut
+        # off (calls queued behind it count on it).
+        self._room.remove(self._channel, waiter, leaving=leaving, mid_attempt=mid_attempt)
+
+    def abandon(self, waiter: Waiter) -> None:
+        """Nothing is handed over to a counting object's waiter."""
+
+    async def give_up(self) -> None:
+        """A counting object's wait owes the server nothing."""
 
 
 async def _first_look(
@@ -395,11 +404,3 @@ def _took(engine: Engine, waitable: Waitable, channel: str, waiter: Waiter, left
         room.wake_left(channel, left)
     if counted_on:
         room.pass_turn(channel)
-
-
-async def _in_line(waiter: Waiter, attempt: Callable[[], Awaitable[Outcome]]) -> Outcome:
-    """``attempt()`` by a call in line: a message meanwhile counts on it (``trying``)."""
-    waiter.trying = True
-    outcome = await attempt()
-    waiter.trying = False
-    return outcome

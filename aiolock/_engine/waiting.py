@@ -43,15 +43,26 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from .._net.subscriptions import wait_event
 
 if TYPE_CHECKING:
-    from .._net.subscriptions import Barrier
+    from .._net.subscriptions import Barrier, Subscription
     from .primitive import Call, Primitive
 
-__all__ = ("IN_A_ROW", "SETTLES", "HandOvers", "Offer", "Waiter", "WaitingRoom", "WakeCount")
+__all__ = (
+    "IN_A_ROW",
+    "SETTLES",
+    "HandOvers",
+    "Offer",
+    "Step",
+    "Turn",
+    "Waiter",
+    "WaitingRoom",
+    "WakeCount",
+    "wait_in_line",
+)
 
 #: How many exclusive waiters a message wakes (``None``: all of them). Every message also
 #: wakes every shared waiter: what lets one of them in lets them all in.
@@ -478,3 +489,154 @@ class HandOvers:
     def freed(self, key: str) -> None:
         """A release of ``key`` freed it for everyone (or the lock went away)."""
         self._in_a_row.pop(key, None)
+
+
+# -- the one wait loop ---------------------------------------------------------------------
+
+
+class Step(NamedTuple):
+    """What one attempt of a waiting call found."""
+
+    #: It has what it waits for (the lock, the permits, the latch at zero).
+    done: bool
+    #: How long to wait at most before trying again (s): a lost message costs no more.
+    bound: float = 0.0
+    #: Not done, but something is left that a waiter behind could use: this call's
+    #: wake-up goes on to it, and this call waits behind it.
+    spare: bool = False
+    #: Done, and this many are left that waiters behind could use (a semaphore's permits).
+    left: int = 0
+
+
+class Turn(Protocol):
+    """A waiting call's own steps, which ``wait_in_line`` runs in the one wait loop.
+
+    The lock's (``acquire.py``) takes a hand-over and leaves a fair queue; the counting
+    objects' (``counting.py``) pass on what a take left and settle on a latch's zero.
+    """
+
+    #: When the call gives up (loop time; None: never).
+    deadline: float | None
+
+    async def subscribe(self) -> Subscription | None:
+        """Subscribe to the call's channel; None if its deadline came first."""
+
+    def register(self) -> Waiter:
+        """A fresh waiter of the call's, on its channel."""
+
+    async def attempt(self, waiter: Waiter) -> Step:
+        """Try once, registered as ``waiter`` (a message meanwhile wakes it)."""
+
+    def took(self, waiter: Waiter, step: Step) -> None:
+        """The call has what it waits for: take ``waiter`` out of line, wake whom it lets in."""
+
+    def check_open(self) -> None:
+        """Raise if the client was closed (before and after each wait)."""
+
+    def park(self, waiter: Waiter) -> None:
+        """``waiter`` is about to wait: from now on a release may hand it the lock."""
+
+    async def woken(self, waiter: Waiter) -> bool | None:
+        """After a wait: True if done without trying, False if given up, None: try again.
+
+        Done: handed the lock, or a latch settled. Given up: the deadline passed while a
+        hand-over was being decided.
+        """
+
+    def leave(self, waiter: Waiter, *, leaving: bool, mid_attempt: bool = False) -> None:
+        """Take ``waiter`` out of line (``WaitingRoom.remove``)."""
+
+    def abandon(self, waiter: Waiter) -> None:
+        """The call leaves without what ``waiter`` may still be handed: give it back."""
+
+    async def give_up(self) -> None:
+        """The deadline passed: what the call owes the server (a fair queue's exit)."""
+
+
+async def wait_in_line(
+    turn: Turn, sub: Subscription | None, waiter: Waiter | None, bound: float
+) -> bool:
+    """The one wait loop: attempt, registered first, and wait, bounded, until done or late.
+
+    ``sub``: the call's subscription, if it has one already (None: subscribed here, and
+    again whenever it goes stale: its cluster slot moved). ``waiter`` and ``bound``: the
+    call is registered already and waits that long at most before its next attempt.
+    The waiter registers before each attempt, so a message published while the attempt is
+    in flight wakes it; each wait is bounded, so a lost message costs latency, never
+    liveness; a waiter that leaves without what it waits for passes a wake-up it was
+    given on (``WaitingRoom.remove``).
+    """
+    while True:
+        if sub is None:
+            sub = await turn.subscribe()
+            if sub is None:
+                await turn.give_up()
+                return False
+            waiter = None  # subscribed only now: attempt again before waiting
+        try:
+            outcome = await _in_line(turn, sub, waiter, bound)
+        finally:
+            sub.release()
+        if outcome is not None:
+            return outcome
+        sub = None
+
+
+async def _in_line(
+    turn: Turn, sub: Subscription, waiter: Waiter | None, bound: float
+) -> bool | None:
+    """``wait_in_line`` on one subscription; None once it went stale (its slot moved)."""
+    loop = asyncio.get_running_loop()
+    # Until the channel's cluster slot moves (its waiters are woken then): the call then
+    # subscribes where it is served now, before the next attempt.
+    while waiter is not None or not sub.stale:
+        if waiter is None:
+            waiter = turn.register()
+            waiter.trying = True
+            try:
+                step = await turn.attempt(waiter)
+            except BaseException:
+                turn.leave(waiter, leaving=True, mid_attempt=True)
+                raise
+            waiter.trying = False
+            if step.done:
+                turn.took(waiter, step)
+                return True
+            if step.spare:
+                # Too little left for this call, but some: a waiter behind may fit. It
+                # gets this call's wake-up, and this call waits behind it (nothing is
+                # delivered in between: no await).
+                turn.leave(waiter, leaving=True, mid_attempt=True)
+                waiter = turn.register()
+                waiter.short = True
+            bound = step.bound
+        if turn.deadline is not None:
+            remaining = turn.deadline - loop.time()
+            if remaining <= 0:
+                turn.leave(waiter, leaving=True)
+                await turn.give_up()
+                return False
+            bound = min(bound, remaining)
+        try:
+            turn.check_open()
+            turn.park(waiter)
+            try:
+                await waiter.wait(bound)
+            finally:
+                waiter.unpark()
+            turn.check_open()
+            woken = await turn.woken(waiter)
+        except BaseException:
+            turn.abandon(waiter)
+            turn.leave(waiter, leaving=True)
+            raise
+        if woken is not None:
+            if not woken:
+                turn.abandon(waiter)
+            turn.leave(waiter, leaving=not woken)
+            if not woken:
+                await turn.give_up()
+            return woken
+        turn.leave(waiter, leaving=False)
+        waiter = None
+    return None

@@ -1,10 +1,9 @@
 """Coroutines run side by side by the calling task itself, without a task each.
 
 A composite lock calls its members at once, so that members on servers far apart cost one
-round trip, not one each. A task per member call does that too, but costs more: a RedLock
-lock+unlock pair over three members took 384 µs of client CPU with its calls in tasks, 358
-side by side (``python -m benchmarks.redlock_parts --baseline dcb846b``, one run). And a
-task of its own acts for another task than the caller, whose holds these are.
+round trip, not one each. The calls must act for the calling task, whose holds these are,
+and the engine knows only the task a call runs in: hence no task per call here (what that
+would cost instead is in docs/architecture.md).
 
 Here the calling task steps each coroutine itself, as a Task steps its own: each step runs
 in the coroutine's own copy of the caller's context; the future a step waits on wakes the

@@ -400,7 +400,7 @@ def _record(code: str, result: SweepResult, properties: list[tuple[str, Any]]) -
     properties.append(("sweep_seconds", round(result.seconds, 3)))
 
 
-async def test_cancel_sweep_with_refusals(  # noqa: PLR0917 - fixtures
+async def test_cancel_sweep_with_refusals(
     sweep_case: SweepCase,
     proxy: FaultProxy,
     make_client: ClientFactory,

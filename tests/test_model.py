@@ -657,7 +657,7 @@ class _Machine(RuleBasedStateMachine):
 
     @rule(held=st.booleans(), pick=picks, actor=actor_indices, who=whos, view=view_choices, k=spins)
     @traced
-    def cancel_unlock(  # noqa: PLR0917 - a rule's arguments are its draws
+    def cancel_unlock(
         self, held: bool, pick: int, actor: int, who: Who, view: View, k: int
     ) -> None:
         """An unlock cancelled after ``k`` loop iterations: the release still happens.
@@ -681,7 +681,7 @@ class _Machine(RuleBasedStateMachine):
         stagger=st.lists(st.integers(0, 3), min_size=3, max_size=3),
     )
     @traced
-    def concurrent(  # noqa: PLR0917 - a rule's arguments are its draws
+    def concurrent(
         self,
         same_owner: bool,
         n: int,
@@ -719,7 +719,7 @@ class _Machine(RuleBasedStateMachine):
         by_force=st.booleans(),
     )
     @traced
-    def handoff(  # noqa: PLR0917 - a rule's arguments are its draws
+    def handoff(
         self, first: int, second: int, two: bool, cancel_first: bool, k: int, by_force: bool
     ) -> None:
         """Waiters queue behind the holders, who let go: each waiter gets the lock in turn.

@@ -79,7 +79,7 @@ async def found_gone(url: str, n: int) -> list[float]:
             task = asyncio.create_task(_body(holder.lock(name).guarded(), entered, out))
             await entered.wait()
             await other.lock(name).force_unlock()
-            await holder._renewal.renew_once()
+            await holder._services.renewal.renew_once()
             await task
             hold, stopped = out[0]
             latencies.append(stopped - told[_guard.guarding_of(hold)])

@@ -198,33 +198,26 @@ class ScriptRunner:
         return self._route(key)
 
     async def run(self, script: Script, keys: list[str], args: Sequence[str | int | bytes]) -> Any:
-        """Run ``script`` with ``keys``/``args``, retrying transient errors and redirects."""
-        command = script.packed(keys, args)
-        transport = self._route(keys[0])
-        if transport is not None:
-            # The hot path: one send on a known connection, its reply's future awaited
-            # here (``send``; ``call`` when it cannot go out at once).
-            try:
-                sent = transport.send(command)
-                return await (transport.call(command) if sent is None else sent)
-            except NoScriptError:
-                pass
-            except self._resend as exc:
-                return await self._retrying(
-                    lambda to: self._evalsha(to, script, command), keys[0], script.name, exc
-                )
-        return await self._retrying(
-            lambda to: self._evalsha(to, script, command, reload=transport is not None),
-            keys[0],
-            script.name,
-            None,
-            transport,
-        )
+        """Run ``script`` with ``keys``/``args``, retrying transient errors and redirects.
+
+        The first send is ``send()``; whatever its reply raises is taken up by ``rerun()``.
+        """
+        sent = self.send(script, keys, args)
+        if sent is None:
+            # No known connection with room for it now: sent when there is one.
+            command = script.packed(keys, args)
+            return await self._retrying(
+                lambda to: self._evalsha(to, script, command), keys[0], script.name, None
+            )
+        try:
+            return await sent
+        except Exception as exc:
+            return await self.rerun(exc, script, keys, args)
 
     def send(
         self, script: Script, keys: list[str], args: Sequence[str | int | bytes]
     ) -> asyncio.Future[Any] | None:
-        """``run()``'s first send without a coroutine: its reply's future (None: ``run()``).
+        """``run()``'s first send, without a coroutine: its reply's future (None: ``run()``).
 
         Should the future raise, ``rerun(exc, ...)`` does what ``run()`` does after it.
         """

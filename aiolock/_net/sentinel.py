@@ -2,7 +2,7 @@
 
 A connection opened through a Sentinel pool asks the sentinels for the primary when it
 connects, and then stays where it is. After a failover the old primary keeps accepting
-writes until the sentinels demote it (8-11 s measured): a client still talking to it and a
+writes for seconds, until the sentinels demote it: a client still talking to it and a
 client already on the new primary could then both hold one lock. So, as Redisson does, the
 client listens to the sentinels' ``+switch-master`` events; when the group's primary
 switches, it drops its command and pub/sub connections, whose next connect asks the

@@ -146,13 +146,6 @@ def _pass_of(loop: asyncio.AbstractEventLoop) -> _Pass:
     return writes
 
 
-def _clock_of(loop: asyncio.AbstractEventLoop) -> Callable[[], float]:
-    """``loop.time``, or ``time.monotonic`` where that is all it is (a frame less a reply)."""
-    if type(loop).time is asyncio.BaseEventLoop.time:
-        return monotonic
-    return loop.time
-
-
 class CommandTransport:
     """An auto-pipelined connection to one server; it (re)connects on demand."""
 
@@ -193,7 +186,7 @@ class CommandTransport:
         self._room: collections.deque[tuple[int, asyncio.Future[None]]] = collections.deque()
         self._reserved = 0
         self._timer: asyncio.TimerHandle | None = None
-        # The loop's clock (``loop.time``), read once per reply: see _clock_of.
+        # The loop's clock (``loop.time``, bound once the loop is known), read once per reply.
         self._clock: Callable[[], float] = monotonic
         self._heard = 0.0
         self.closed = False
@@ -205,38 +198,24 @@ class CommandTransport:
 
     async def call(self, command: bytes) -> Any:
         """Send one packed command; return its reply or raise its error reply."""
-        wire = self._wire
-        if wire is None or wire.closed or self._room or len(self._sinks) >= self._limit:
+        future = self.send(command)
+        if future is None:
             wire = await self._ready(1)
-        future: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
-        self._put(wire, command, future)
+            future = self._loop.create_future()  # type: ignore[union-attr]
+            self._put(wire, command, future)
         return await future
 
     def send(self, command: bytes) -> asyncio.Future[Any] | None:
-        """``call()`` without a coroutine: its reply's future, if it can go out now.
+        """``call()`` without its coroutine: its reply's future, if it can go out now.
 
-        None if not (no connection, no room): then ``await call()``. Every script's hot
-        path (one frame less per command). The future raises an error reply.
+        None if not (no connection, or no room): then ``await call()``. The future raises
+        an error reply.
         """
-        wire = self._wire
-        sinks = self._sinks
-        # A closed wire here is one inherited from the parent process (see _ready).
-        if wire is None or wire.closed or self._room or len(sinks) >= self._limit:
+        wire = self._at_once(1)
+        if wire is None:
             return None
         future: asyncio.Future[Any] = self._loop.create_future()  # type: ignore[union-attr]
-        writes: _Pass = self._pass  # type: ignore[assignment]  # set with the loop
-        idle = not sinks and not writes.defer and not writes.due
-        sinks.append(future)
-        if idle:
-            wire.write(command)
-            self._heard = self._clock()
-            if self._timer is None:
-                self._arm(self._heard + self._deadline)
-            return future
-        out = self._out
-        out.append(command)
-        if len(out) == 1:
-            writes.queue(self, self._loop)  # type: ignore[arg-type]
+        self._put(wire, command, future)
         return future
 
     async def call_many(self, commands: list[bytes]) -> list[Any]:
@@ -247,19 +226,27 @@ class CommandTransport:
         if not commands:
             return []
         size = len(commands)
-        wire = self._wire
-        if wire is None or wire.closed or self._room or len(self._sinks) + size > self._limit:
+        wire = self._at_once(size)
+        if wire is None:
             wire = await self._ready(size)
         future: asyncio.Future[list[Any]] = self._loop.create_future()  # type: ignore[union-attr]
         self._put(wire, b"".join(commands), _Batch(future, size), size)
         return await future
+
+    def _at_once(self, size: int) -> Wire | None:
+        """The connection, if ``size`` more commands may go on it now; else ``_ready()``."""
+        wire = self._wire
+        # A closed wire here is one inherited from the parent process (see _ready).
+        if wire is None or wire.closed or self._room or len(self._sinks) + size > self._limit:
+            return None
+        return wire
 
     def _put(self, wire: Wire, data: bytes, sink: _Sink, size: int = 1) -> None:
         sinks = self._sinks
         writes: _Pass = self._pass  # type: ignore[assignment]  # set with the loop
         # Idle, and nobody else about to send: write at once.
         idle = not sinks and not writes.defer and not writes.due
-        sinks.extend([sink] * size)  # (send() puts the scripts' one command inline)
+        sinks.extend([sink] * size)
         if idle:
             # Nothing in flight: write now, nobody's reply is held up by waiting a tick.
             wire.write(data)
@@ -425,7 +412,7 @@ class CommandTransport:
             if self._loop is None:
                 self._loop = asyncio.get_running_loop()
                 self._pass = _pass_of(self._loop)
-                self._clock = _clock_of(self._loop)
+                self._clock = self._loop.time
             task = self._opening = self._loop.create_task(self._connect())
             task.add_done_callback(self._opened)
         # A caller's cancel must not cancel the connect every caller shares.

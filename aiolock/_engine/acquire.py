@@ -77,13 +77,14 @@ async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireRe
         target = (hold.count if hold and hold.lost is None else 0) + 1
         tombstone = acquire_tombstone_key(primitive.key, engine.request_id())
         invocation = primitive.acquire(call, target, tombstone)
-        # Sent here, its reply's future awaited here (no coroutine of the runner's or
-        # of _sent's per attempt); a failed send is taken up by _resent.
+        # The clock is read before the send, which may write at once: the server runs the
+        # command after this moment whatever the process does between the two.
+        sent = _send_time(call, hold)
+        # Sent here, its reply's future awaited here; a failed send is taken up by _resent.
         reply_of = None if runner.acks else runner.send(*invocation)
-        # Read in the same step as the send (a send that raises leaves nothing behind):
-        # the clock read follows the write by microseconds, well inside the guard's
-        # drift margin, and the server runs the command after the write.
-        sent, pending = _send_time(call, hold)
+        # Bracketed once the send is queued, in the same step: a send that raises leaves
+        # no call in flight on the hold's record.
+        pending = _expiring(call, hold, sent)
         try:
             try:
                 raw, acked = (
@@ -386,23 +387,27 @@ async def _wait_turn(ticket: Ticket) -> None:
         raise
 
 
-def _send_time(
-    call: Call, hold: HoldRecord | None
-) -> tuple[float | None, tuple[HoldRecord, Expiry] | None]:
-    """An attempt's send time, where a guarded hold relies on it, and its expiry ticket.
+def _send_time(call: Call, hold: HoldRecord | None) -> float | None:
+    """An attempt's send time, where a guarded hold relies on it (None: nobody does).
 
-    The lease runs at least until the send time plus the lease (the guard's confirmation):
-    taken before the call, which may queue for a connection. Only where a guarded hold
-    relies on it: a plain lock() spares itself the clock. A re-entry of a guarded hold
-    may set a shorter lease than the one confirmed: its expiry is bracketed
-    (``holds.HoldRecord.expiry_sent``).
+    The lease runs at least until the send time plus the lease (the guard's confirmation).
+    Only where a guarded hold relies on it: a plain lock() spares itself the clock.
     """
     if not call.timed and (hold is None or not hold.guards):
-        return None, None
-    sent = asyncio.get_running_loop().time()
-    if hold is None:
-        return sent, None
-    return sent, (hold, hold.expiry_sent(sent + call.lease_ms / 1000))
+        return None
+    return asyncio.get_running_loop().time()
+
+
+def _expiring(
+    call: Call, hold: HoldRecord | None, sent: float | None
+) -> tuple[HoldRecord, Expiry] | None:
+    """An attempt's expiry ticket on a hold already recorded (``HoldRecord.expiry_sent``).
+
+    A re-entry of a guarded hold may set a shorter lease than the one confirmed.
+    """
+    if sent is None or hold is None:
+        return None
+    return hold, hold.expiry_sent(sent + call.lease_ms / 1000)
 
 
 def _unsettled(pending: tuple[HoldRecord, Expiry] | None) -> None:

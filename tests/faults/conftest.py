@@ -61,15 +61,16 @@ def lock_sentinel() -> Iterator[SentinelHandle]:
 
 
 @pytest.fixture
-def report(request: pytest.FixtureRequest) -> Callable[[Result], None]:
-    """Keep a scenario's summary line for the end of the run (and print it at once).
+def report(request: pytest.FixtureRequest) -> Callable[[Result | str], None]:
+    """Keep a scenario's summary line (a checker's result, or a line of its own) for the
+    end of the run, and print it at once.
 
     Under xdist the worker hands the line to the controller, which prints the summary.
     """
     workeroutput = getattr(request.config, "workeroutput", None)
 
-    def keep(result: Result) -> None:
-        line = result.line()
+    def keep(result: Result | str) -> None:
+        line = result if isinstance(result, str) else result.line()
         _lines.append(line)
         if workeroutput is not None:
             workeroutput["aiolock_fault_lines"] = list(_lines)

@@ -6,8 +6,9 @@ task, lock+unlock pairs with an explicit lease (no watchdog), round-robin in sho
 - ``one lock``: one aiolock lock on the first server (a member's cost alone);
 - ``3 locks in turn``: one lock on each server, taken one after another and released
   one after another by the task (three members' cost, no concurrency, no composite);
-- ``3 locks at once``: the same three, taken and released side by side by the calling
-  task, as the RedLock's members are (three members' cost, plus running them at once);
+- ``3 locks at once``: the same three, taken and released at once for the calling task,
+  each call in a task of its own, as the RedLock's members are (three members' cost,
+  plus running them at once);
 - ``RedLock``: ``aiolock.RedLock`` over the same three (plus the composite's own logic);
 - ``aioredlock``: aioredlock's lock over the same three servers, when it is installed;
 - ``RedLock (REF)``, with ``--baseline REF``: the RedLock of aiolock at git ref REF,
@@ -40,7 +41,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import aiolock
-from aiolock._objects.side_by_side import SideBySide
+from aiolock._engine.release import release
+from aiolock._objects.members import AtOnce, failed, try_member
 from aiolock.testing import start_local_server
 
 from ._baseline import NAME, install_baseline
@@ -53,15 +55,18 @@ LOOP_BOUND = 1_000_000
 Pair = Callable[[], Awaitable[None]]
 
 
-def _at_once(calls: list[Callable[[], Coroutine[Any, Any, Any]]]) -> Pair:
-    """The calls side by side in the calling task, as a RedLock's members."""
+def _at_once(calls: list[Callable[..., Coroutine[Any, Any, Any]]]) -> Pair:
+    """The calls at once for the calling task, each in a task, as a RedLock's members."""
 
     async def run() -> None:
-        sides = SideBySide(call() for call in calls)
-        await sides.finish()
-        for side in sides.sides:
-            if side.error is not None:
-                raise side.error
+        caller = asyncio.current_task()
+        assert caller is not None
+        running = AtOnce(call(task=caller) for call in calls)
+        await running.finish()
+        for task in running.tasks:
+            error = failed(task)
+            if error is not None:
+                raise error
 
     return run
 
@@ -69,8 +74,12 @@ def _at_once(calls: list[Callable[[], Coroutine[Any, Any, Any]]]) -> Pair:
 async def _aiolock_pairs(urls: list[str], name: str) -> tuple[dict[str, Pair], Pair]:
     clients = [aiolock.Client.from_url(url) for url in urls]
     locks = [client.lock(name, owner=None) for client in clients]
-    lock_all = _at_once([functools.partial(lock.lock, lease=LEASE_S) for lock in locks])
-    unlock_all = _at_once([lock.unlock for lock in locks])
+    lock_all = _at_once(
+        [functools.partial(try_member, lock, None, LEASE_S, timed=False) for lock in locks]
+    )
+    unlock_all = _at_once(
+        [functools.partial(release, lock._engine, lock._primitive, lock._owner) for lock in locks]
+    )
 
     async def one() -> None:
         await locks[0].lock(lease=LEASE_S)

@@ -434,6 +434,7 @@ def acquire(
     receipt: list[int] | None = None,
     timed: bool = False,
     bounded: bool = True,
+    task: asyncio.Task[Any] | None = None,
 ) -> Coroutine[Any, Any, bool]:
     """Acquire ``primitive`` for ``owner`` (None: the calling task); False if ``wait`` ran out.
 
@@ -441,10 +442,10 @@ def acquire(
     ``timed``: a guarded hold's: its confirmation time is recorded (see ``_attempt``).
     With a ``wait``, the call returns within it plus ``CUT_OFF`` whatever the server
     does (``cancel.within``), unless not ``bounded``: a composite's member, whose call its
-    composite bounds (side by side in one task, where a timeout scope of its own
-    would cancel the whole task).
+    composite bounds (one deadline for all its members). ``task``: the task the hold is
+    for, when the call runs in another (a composite's member call, in a task of its own).
     """
-    call = _acquire(engine, primitive, owner, wait, lease, receipt=receipt, timed=timed)
+    call = _acquire(engine, primitive, owner, wait, lease, receipt=receipt, timed=timed, task=task)
     return call if wait is None or not bounded else within(wait + CUT_OFF, call)
 
 
@@ -457,9 +458,10 @@ async def _acquire(
     *,
     receipt: list[int] | None,
     timed: bool,
+    task: asyncio.Task[Any] | None,
 ) -> bool:
     started = monotonic()
-    mark, task = engine.call_starts()
+    mark, calling = engine.call_starts()
     # One coroutine for the whole call, which its deadline (``within``) can cut.
     try:
         services = engine.services
@@ -470,7 +472,8 @@ async def _acquire(
             wait,
             lease,
             mark=mark,
-            calling=task,
+            calling=calling,
+            holding=task,
             receipt=receipt,
             timed=timed,
             started=started,
@@ -504,7 +507,7 @@ async def _acquire(
     except BaseException as exc:
         # A cancel request came while the call ran (swallowed below aiolock, then
         # another error): the cancel wins, as it would have had it been delivered.
-        if _failed(engine, primitive, exc, task, mark, started):
+        if _failed(engine, primitive, exc, calling, mark, started):
             raise asyncio.CancelledError from exc
         raise
     finally:
@@ -568,12 +571,13 @@ def _call(
     *,
     mark: int,
     calling: asyncio.Task[Any] | None,
+    holding: asyncio.Task[Any] | None,
     receipt: list[int] | None,
     timed: bool,
     started: float,
 ) -> Call:
     """What the acquire call fixes before its first round trip (``Call``)."""
-    holder, task = engine.holder(owner, calling)
+    holder, task = engine.holder(owner, holding or calling)
     if not engine.services.order.busy((primitive.key, holder)):
         # Nothing of this holder's under way on the lock: an upgrade is refused now,
         # without a round trip. Else (a cut-off unlock() finishing in the background,

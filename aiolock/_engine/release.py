@@ -35,11 +35,16 @@ __all__ = ("hold_of", "release", "release_later", "release_soon")
 log = logging.getLogger("aiolock")
 
 
-async def release(engine: Engine, primitive: Primitive, owner: str | None) -> None:
-    """Release one hold of ``owner`` (None: the calling task) on ``primitive``."""
-    mark, task = engine.call_starts()
+async def release(
+    engine: Engine,
+    primitive: Primitive,
+    owner: str | None,
+    task: asyncio.Task[Any] | None = None,
+) -> None:
+    """Release one hold of ``owner`` (None: ``task``, else the calling task) on ``primitive``."""
+    mark, calling = engine.call_starts()
     try:
-        holder, _ = engine.holder(owner, task)
+        holder, _ = engine.holder(owner, task or calling)
         # Looked up once: the services change only with the event loop, never under a call.
         services = engine.services
         field = primitive.field(holder)
@@ -96,12 +101,12 @@ async def release(engine: Engine, primitive: Primitive, owner: str | None) -> No
     except Exception as exc:
         # A cancel request came while the call ran (swallowed below aiolock, then
         # another error): the cancel wins, as it would have had it been delivered.
-        if cancel_requested(task, mark):
+        if cancel_requested(calling, mark):
             raise asyncio.CancelledError from exc
         raise
     finally:
         engine.services.background.call_ended()
-    if cancel_requested(task, mark):
+    if cancel_requested(calling, mark):
         # Released, but a cancel came meanwhile (swallowed below aiolock): say so.
         raise asyncio.CancelledError
 

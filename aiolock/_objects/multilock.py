@@ -1,13 +1,13 @@
 """Locks over several locks: the MultiLock (all of them) and the RedLock (a majority).
 
 Client-side only, as in Redisson: each member keeps its own keys, channel, waiters and
-watchdog, and nothing of the composite is stored. The members are asked at once, side by
-side in the calling task, which holds them (``side_by_side``), so that members on servers
-far apart cost one round trip, not one each (Redisson takes them one after another). A
-composite waits for a member only in an order every process agrees on (by name and lock
-type, then full key, server and owner: ``_place``), holding none after it, so two
-composites over the same locks never wait for each other in a circle (Redisson takes them
-as listed: its issues #1160 and #467).
+watchdog, and nothing of the composite is stored. The members are asked at once, each
+call in a task of its own acting for the calling task, which holds them
+(``members.AtOnce``), so that members on servers far apart cost one round trip, not one
+each (Redisson takes them one after another). A composite waits for a member only in an
+order every process agrees on (by name and lock type, then full key, server and owner:
+``_place``), holding none after it, so two composites over the same locks never wait for
+each other in a circle (Redisson takes them as listed: its issues #1160 and #467).
 An unlock, and a failed attempt's give back, release the members at once too. What
 Redisson gets wrong and these do not: a failed or cancelled attempt gives back every
 member it took, an unlock tries every member even when one fails (the sync MultiLock
@@ -33,13 +33,16 @@ from .._exceptions import LockError
 from .handle import Acquirable, LockHandle, LockStatistics, extend_seconds
 from .members import (
     QUERY_CALL,
+    AtOnce,
     T,
     ask,
+    failed,
     give_back,
+    held_by,
+    hold_count_of,
     took,
     try_member,
 )
-from .side_by_side import SideBySide
 
 __all__ = ("MIN_CALL", "Composite", "Left", "MultiLock")
 
@@ -185,7 +188,7 @@ class Composite(Acquirable):
     async def _at_once(self, left: Left, lease: float | None, *, timed: bool) -> list[LockHandle]:
         """Try every member at once for the calling task, waiting for none: those taken.
 
-        Side by side in the calling task (``side_by_side``), each try ends by the round's
+        At once (``members.AtOnce``), each try ends by the round's
         bound (one deadline for them all, not a timeout scope in each). The tries still
         under way once the quorum is out of reach (more members not taken than a RedLock
         allows) are cancelled: their engines undo what they took. On a member's error or
@@ -195,16 +198,19 @@ class Composite(Acquirable):
         members = self._members
         allowed = len(members) - self._quorum  # members not taken a RedLock can do without
         wait, bound = self._call_of(left, at_once=True)
-        tries = SideBySide(self._take(member, wait, lease, timed=timed) for member in members)
+        caller = asyncio.current_task()
+        tries = AtOnce(
+            self._take(member, wait, lease, timed=timed, task=caller) for member in members
+        )
 
         def settled() -> bool:
             """One try has raised, or the quorum is out of reach."""
             missed = 0
-            for tried in tries.sides:
-                if tried.done:
-                    if tried.error is not None:
+            for tried in tries.tasks:
+                if tried.done():
+                    if tried.cancelled() or tried.exception() is not None:
                         return True
-                    missed += not tried.value
+                    missed += not tried.result()
             return 0 < allowed < missed
 
         deadline = None if bound is None else asyncio.get_running_loop().time() + bound
@@ -219,10 +225,8 @@ class Composite(Acquirable):
         # before the cancel reached it is known, and given back.
         tries.cancel_running()
         cancelled = await tries.finish() or cancelled
-        error = next(
-            (t.error for t in tries.sides if t.error is not None and not t.cancelled()), None
-        )
-        taken = [member for member, t in zip(members, tries.sides, strict=True) if took(t)]
+        error = next((error for t in tries.tasks if (error := failed(t)) is not None), None)
+        taken = [member for member, t in zip(members, tries.tasks, strict=True) if took(t)]
         if cancelled is not None or error is not None:
             await give_back(taken)
             raise cancelled if cancelled is not None else error  # type: ignore[misc]
@@ -245,13 +249,19 @@ class Composite(Acquirable):
         return (0.0 if at_once else left.wait), bound
 
     async def _take(
-        self, member: LockHandle, wait: float | None, lease: float | None, *, timed: bool
+        self,
+        member: LockHandle,
+        wait: float | None,
+        lease: float | None,
+        *,
+        timed: bool,
+        task: asyncio.Task[Any] | None = None,
     ) -> bool:
         """Take one member, waiting ``wait`` for it (its caller bounds the call).
 
         A connection error is raised (see RedLock).
         """
-        return await try_member(member, wait, lease, timed=timed)
+        return await try_member(member, wait, lease, timed=timed, task=task)
 
     def _budget(self, lease: float | None) -> float | None:
         """How long taking the members may last with ``lease`` (None: any time)."""
@@ -340,7 +350,7 @@ class Composite(Acquirable):
 
     async def _ask(
         self,
-        query: Callable[[LockHandle], Coroutine[Any, Any, T]],
+        query: Callable[[LockHandle, asyncio.Task[Any]], Coroutine[Any, Any, T]],
         decided: Callable[[list[T]], bool] = lambda answers: False,
     ) -> list[T]:
         """The members' answers to ``query`` (``members.ask``)."""
@@ -366,7 +376,7 @@ class Composite(Acquirable):
         A member that does not answer within 1.5 s counts as not held: the answer says
         what the servers confirm, and comes within that bound even with one frozen.
         """
-        return self._enough(await self._ask(LockHandle.is_locked, self._settled))
+        return self._enough(await self._ask(_is_locked, self._settled))
 
     async def is_held_by_current_task(self) -> bool:
         """Whether the calling task (or owner=) holds enough members.
@@ -375,7 +385,7 @@ class Composite(Acquirable):
         True is one the servers confirmed: a MultiLock with a member's server frozen is
         not held, a RedLock is while a majority answers held.
         """
-        return self._enough(await self._ask(LockHandle.is_held_by_current_task, self._settled))
+        return self._enough(await self._ask(held_by, self._settled))
 
     async def hold_count(self) -> int:
         """How many times the calling holder holds it: the count enough members reach.
@@ -383,7 +393,7 @@ class Composite(Acquirable):
         A member that does not answer within 1.5 s counts as 0 (so a MultiLock with one
         unanswered member reports 0).
         """
-        counts = await self._ask(LockHandle.hold_count)
+        counts = await self._ask(hold_count_of)
         counts += [0] * (len(self._members) - len(counts))
         return sorted(counts, reverse=True)[self._quorum - 1]
 
@@ -392,7 +402,7 @@ class Composite(Acquirable):
 
         Members that do not answer within 1.5 s are left out, as members not held.
         """
-        leases = [lease for lease in await self._ask(LockHandle.remaining_lease) if lease]
+        leases = [lease for lease in await self._ask(_remaining_lease) if lease]
         return min(leases) if leases else None
 
     def statistics(self) -> LockStatistics:
@@ -406,6 +416,14 @@ class Composite(Acquirable):
             hold_count=count,
             tasks_waiting=max(m.tasks_waiting for m in members),
         )
+
+
+async def _is_locked(member: LockHandle, _task: asyncio.Task[Any]) -> bool:
+    return await member.is_locked()
+
+
+async def _remaining_lease(member: LockHandle, _task: asyncio.Task[Any]) -> float | None:
+    return await member.remaining_lease()
 
 
 def _place(member: LockHandle) -> tuple[str, str, str, str, str]:

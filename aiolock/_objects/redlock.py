@@ -8,7 +8,9 @@ taken.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from typing import Any
 
 from redis.exceptions import RedisError
 
@@ -85,10 +87,16 @@ class RedLock(Composite):
         return share, share + MIN_CALL
 
     async def _take(
-        self, member: LockHandle, wait: float | None, lease: float | None, *, timed: bool
+        self,
+        member: LockHandle,
+        wait: float | None,
+        lease: float | None,
+        *,
+        timed: bool,
+        task: asyncio.Task[Any] | None = None,
     ) -> bool:
         try:
-            return await try_member(member, wait, lease, timed=timed)
+            return await try_member(member, wait, lease, timed=timed, task=task)
         except (RedisError, OSError) as exc:
             # A server down is what a RedLock tolerates: the member is not taken. (Were
             # its acquire on its way when the connection failed, its client undoes it.)

@@ -128,6 +128,7 @@ def build_services(
         runner,
         lease_ms=lease_ms,
         interval=options.watchdog_timeout / 3,
+        retry=options.retry_interval,
         spawn=background.serve,
         # A lambda: the registry it reports to is built after this service.
         on_lost=lambda hold, why: holds.report_lost(hold, why),  # noqa: PLW0108

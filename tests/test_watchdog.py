@@ -191,6 +191,7 @@ async def test_renewal_error_is_logged_and_retried(
     class FlakyRunner:
         shard = inside.runner(client).shard
         server = inside.runner(client).server
+        passing = inside.runner(client).passing
 
         async def run_batch(self, script: Any, calls: list[Any]) -> list[Any]:
             nonlocal failures

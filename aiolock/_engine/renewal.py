@@ -6,7 +6,8 @@ of at most 100 holds renewed alike. How a hold renews is its primitive's to say
 this service knows no lock kind, only that a script renews a batch to the lease in its
 first argument and answers 1 or 0 per hold. A hold found gone is reported lost (WARNING,
 then ``LockLostError`` at the holder's unlock); an error is logged and that server is
-tried again a quarter period later.
+tried again a quarter period later, or after the client's retry interval when the server
+refused for a state that passes (a restarted cluster primary's first seconds).
 
 Each server is renewed on its own time: a server that does not answer (frozen, cut off)
 delays only its own holds. Its share stays in flight until the connection gives up on it,
@@ -57,14 +58,18 @@ class _Schedule:
     """When each server's share is next due: plain state, the renewal task does the I/O.
 
     Every server is due each period (``tick``); one whose share failed is due again a
-    quarter period after it was sent; one whose share is unanswered is not due at all
-    (another share would only queue behind it on the same connection).
+    quarter period after it was sent, or ``soon`` after a refusal for a state that passes
+    (a cluster primary's first seconds after a restart: the holds there must be settled
+    before a waiter's acquire, resent as eagerly, takes the lock); one whose share is
+    unanswered is not due at all (another share would only queue behind it).
     """
 
-    __slots__ = ("_interval", "_retry", "_sent", "tick")
+    __slots__ = ("_interval", "_retry", "_sent", "_soon", "tick")
 
-    def __init__(self, interval: float, now: float) -> None:
+    def __init__(self, interval: float, now: float, soon: float) -> None:
         self._interval = interval
+        # Never a busy loop, whatever retry_interval says (it may be 0).
+        self._soon = min(max(soon, 0.05), interval / 4)
         self.tick = now + interval
         # Servers whose last share failed, and when to send them another (none in flight).
         self._retry: dict[Server, float] = {}
@@ -79,13 +84,19 @@ class _Schedule:
         """Every server's share is due now (a connection came back: settle its holds)."""
         self.tick = now
 
-    def answered(self, server: Server, *, ok: bool, now: float) -> None:
-        """``server``'s share came back (``ok``: every call in it answered)."""
+    def answered(self, server: Server, *, ok: bool, now: float, passing: bool = False) -> None:
+        """``server``'s share came back (``ok``: every call in it answered).
+
+        ``passing``: refused for a state that passes by itself (TRYAGAIN, CLUSTERDOWN,
+        LOADING...).
+        """
         sent = self._sent.pop(server)
         if not ok:
             # Again well before the leases run out: a full period later, two failures in a
             # row would already lose them.
-            self._retry[server] = max(now, sent + self._interval / 4)
+            self._retry[server] = (
+                now + self._soon if passing else max(now, sent + self._interval / 4)
+            )
 
     def due(self, now: float, servers: Collection[Server]) -> tuple[bool, list[Server]]:
         """Whether a period began, and which of ``servers`` (those with holds) to send now.
@@ -116,14 +127,13 @@ def _server_name(server: Server) -> str:
 class _Outages:
     """Which servers' renewals fail now: one WARNING when that starts, one when it ends.
 
-    A share is retried every quarter period while it fails: logging each failure would
-    repeat the same line every few seconds for as long as the outage lasts.
+    A share is retried while it fails (``_Schedule``): logging each failure would repeat
+    the same line for as long as the outage lasts.
     """
 
-    __slots__ = ("_down", "_retry")
+    __slots__ = ("_down",)
 
-    def __init__(self, retry: float) -> None:
-        self._retry = retry
+    def __init__(self) -> None:
         # Per failing server: when its first failure came, and how many failed since.
         self._down: dict[Server, list[float]] = {}
 
@@ -135,12 +145,11 @@ class _Outages:
             return
         self._down[server] = [monotonic(), 1]
         log.warning(
-            "aiolock: could not renew %d lock lease(s) on %s (%s); retrying every %.3g s, "
-            "logged again when it works",
+            "aiolock: could not renew %d lock lease(s) on %s (%s); retrying, logged again "
+            "when it works",
             holds,
             _server_name(server),
             exc,
-            self._retry,
         )
 
     def answered(self, server: Server) -> None:
@@ -186,10 +195,16 @@ class RenewalService:
         on_lost: Callable[[HoldRecord, str], None],
         batch_size: int = BATCH_SIZE,
         events: Emitter | None = None,
+        retry: float = 0.2,
     ) -> None:
         self._runner = runner
+        # How soon a share refused for a passing state is sent again (the client's
+        # retry_interval, at most a quarter period).
+        self._retry = retry
+        # Servers whose last share was refused so (read as the share is answered).
+        self._passing: set[Server] = set()
         self._events = events if events is not None else Emitter()
-        self._outages = _Outages(interval / 4)
+        self._outages = _Outages()
         self._lease_ms = lease_ms
         self._interval = interval
         self._spawn = spawn
@@ -237,7 +252,7 @@ class RenewalService:
         # this one (at most one per server, so a frozen server holds one task, not one per
         # period), cancelled with it: aclose() stops them all by cancelling this task.
         loop = asyncio.get_running_loop()
-        schedule = _Schedule(self._interval, loop.time())
+        schedule = _Schedule(self._interval, loop.time(), self._retry)
         flying: dict[asyncio.Task[bool], Server] = {}
         # The rounds whose shares are not all back yet (a frozen server's may span several).
         rounds: list[_Round] = []
@@ -255,7 +270,10 @@ class RenewalService:
                     schedule.now(now)
                 done = [task for task in flying if task.done()]
                 for task in done:
-                    schedule.answered(flying.pop(task), ok=task.result(), now=now)
+                    server = flying.pop(task)
+                    passing = server in self._passing
+                    self._passing.discard(server)
+                    schedule.answered(server, ok=task.result(), now=now, passing=passing)
                 if rounds and done:
                     self._rounds_answered(rounds, done)
                 # With no hold left, this only moves the schedule on (holds tracked while a
@@ -385,6 +403,8 @@ class RenewalService:
             self._outages.answered(server)
             return True
         self._outages.failed(server, _holds_in(by_kind), error)
+        if self._runner.passing(error):
+            self._passing.add(server)
         return False
 
     async def _renew_kind(

@@ -323,17 +323,13 @@ async def test_restarts_without_persistence(
         assert max(every, default=0.0) <= DEFAULT_WINDOW, every
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 35: on a cluster the holder learns of a restart only at its renewal's next "
-    "retry (watchdog_timeout / 12) after the primary's 2 s of refusals; another client may "
-    "acquire as the refusals end",
-)
 async def test_cluster_restart_with_a_long_watchdog(
     lock_cluster: ClusterHandle, report: Report
 ) -> None:
     """17b. A guarded body on a cluster primary restarted without persistence, with a 60 s
-    watchdog: it must end within the window of another client's acquire."""
+    watchdog: it must end within the window of another client's acquire. (The renewal
+    refused by the restarted primary's first seconds was retried only a quarter period
+    later, 5 s here: the body ran 2.9 s beside the next holder.)"""
     cluster = lock_cluster
     for node in cluster.nodes:
         node.call("CONFIG", "SET", "cluster-node-timeout", NO_FAILOVER_MS)

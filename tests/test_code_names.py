@@ -68,13 +68,7 @@ OTHERS: dict[str, str | None] = {
 
 #: Unresolved citations in the two packages under restructuring (file, name); emptied by
 #: whoever finishes the move.
-_MOVING: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("_net/scripts.py", "aiolock._lua"),
-        ("_net/wire.py", "_engine/affinity.py"),
-        ("_net/wire.py", "transport.close"),
-    }
-)
+_MOVING: frozenset[tuple[str, str]] = frozenset()
 
 _SPAN = re.compile(r"``([^`\n]+?)``|(?<!`)`([^`\n]+?)`(?!`)")
 _DOTTED = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")

@@ -121,7 +121,7 @@ def load_script(name: str) -> Script:
     """Return the script ``aiolock/_net/lua/<name>.lua``, read from the installed package once.
 
     Its text is the file with its ``--@include`` lines replaced by the fragments they name
-    (see `aiolock._lua`): one self-contained script, and the SHA-1 is the text's.
+    (see ``lua_source.py``): one self-contained script, and the SHA-1 is the text's.
     """
     script = _cache.get(name)
     if script is None:

@@ -22,7 +22,8 @@ A wire never retries or times out by itself: whoever owns it (``transport.py``,
 the child each wire is *inherited* from then on (see ``_inherit``): it writes nothing,
 closes nothing and lets redis-py close nothing, at garbage collection and interpreter exit
 included, so that the child can never write on, shut or unregister the parent's
-connection. Its owner refuses calls on it (``_engine/affinity.py`` refuses them earlier still).
+connection. Its owner refuses calls on it (the engine's ``Affinity`` refuses them earlier
+still).
 """
 
 from __future__ import annotations
@@ -122,7 +123,7 @@ class Wire:
     def _abandon(self) -> None:
         """Its event loop is closed: close the socket without the loop.
 
-        Nothing can run on a closed loop (``transport.close()`` would schedule its
+        Nothing can run on a closed loop (``asyncio.Transport.close()`` would schedule its
         callback there and fail), and the transport, garbage once its loop is gone, would
         warn ``unclosed transport``. So its socket is closed here and the transports
         marked closed (asyncio's private fields, as in ``_inherit``); redis-py's

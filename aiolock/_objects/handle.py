@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from types import TracebackType
 
     from .._engine.engine import Engine
-    from .._engine.guard import Guarding
+    from .._engine.guard import Guard, Guarding
     from .._engine.holds import HoldRecord
     from .._engine.primitive import Primitive
 
@@ -282,6 +282,56 @@ class LockHandle(Acquirable):
 
     def _guard_holder(self) -> str:
         return self._engine.holder(self._owner)[0]
+
+    # -- as a composite's member: what MultiLock and RedLock ask of it (members.py) ------
+
+    def _member_acquire(
+        self,
+        task: asyncio.Task[Any] | None,
+        wait: float | None,
+        lease: float | None,
+        *,
+        timed: bool,
+    ) -> Awaitable[bool]:
+        """``try_lock(wait, lease)`` (checked already) for ``task`` (None: the caller).
+
+        Not bounded here: the composite bounds its members' calls together.
+        """
+        return acquire(
+            self._engine,
+            self._primitive,
+            self._owner,
+            wait,
+            lease,
+            timed=timed,
+            bounded=False,
+            task=task,
+        )
+
+    async def _member_release(self, task: asyncio.Task[Any]) -> None:
+        """``unlock()`` for ``task``."""
+        await release(self._engine, self._primitive, self._owner, task)
+
+    async def _member_held_by(self, task: asyncio.Task[Any]) -> bool:
+        """``is_held_by_current_task()`` asked for ``task``."""
+        holder, _ = self._engine.holder(self._owner, task)
+        field = self._primitive.field(holder)
+        return bool(await self._engine.query(self._primitive, "HEXISTS", self._key, field))
+
+    async def _member_hold_count(self, task: asyncio.Task[Any]) -> int:
+        """``hold_count()`` asked for ``task``."""
+        holder, _ = self._engine.holder(self._owner, task)
+        field = self._primitive.field(holder)
+        count = await self._engine.query(self._primitive, "HGET", self._key, field)
+        return int(count) if count is not None else 0
+
+    def _member_place(self) -> tuple[str, str]:
+        """Where it is: its full key and its server (as the client names it)."""
+        return self._key, self._engine.settings.server
+
+    def _member_guard(self) -> Guard:
+        """The guard of its client's event loop, which watches its guarded holds."""
+        return self._engine.guard
 
     # -- releasing ------------------------------------------------------------------------
 

@@ -17,8 +17,6 @@ from typing import Any, Generic, TypeVar
 
 from redis.exceptions import RedisError
 
-from .._engine.acquire import acquire
-from .._engine.release import release
 from .._exceptions import LockError
 from .handle import LockHandle
 
@@ -172,38 +170,24 @@ async def try_member(
     lease: float | None,
     *,
     timed: bool,
-    task: asyncio.Task[Any] | None = None,
+    task: asyncio.Task[Any] | None,
 ) -> bool:
     """``member.try_lock(wait, lease)`` (checked already) for ``task`` (None: the caller).
 
-    Timed for a guarded hold. Straight to the engine, not bounded there: the composite
-    bounds its members' calls itself, with one deadline for all of them.
+    Timed for a guarded hold. Not bounded by the member: the composite bounds its members'
+    calls itself, with one deadline for all of them.
     """
-    return await acquire(
-        member._engine,
-        member._primitive,
-        member._owner,
-        wait,
-        lease,
-        timed=timed,
-        bounded=False,
-        task=task,
-    )
+    return await member._member_acquire(task, wait, lease, timed=timed)
 
 
 async def held_by(member: LockHandle, task: asyncio.Task[Any]) -> bool:
     """``member.is_held_by_current_task()`` asked for ``task``."""
-    holder, _ = member._engine.holder(member._owner, task)
-    field = member._primitive.field(holder)
-    return bool(await member._engine.query(member._primitive, "HEXISTS", member._key, field))
+    return await member._member_held_by(task)
 
 
 async def hold_count_of(member: LockHandle, task: asyncio.Task[Any]) -> int:
     """``member.hold_count()`` asked for ``task``."""
-    holder, _ = member._engine.holder(member._owner, task)
-    field = member._primitive.field(holder)
-    count = await member._engine.query(member._primitive, "HGET", member._key, field)
-    return int(count) if count is not None else 0
+    return await member._member_hold_count(task)
 
 
 def took(tried: asyncio.Task[bool]) -> bool:
@@ -292,7 +276,7 @@ async def _unlock(
 ) -> BaseException | None:
     """Unlock ``member`` for ``task``: None, or its failure (logged when ``report``)."""
     try:
-        await release(member._engine, member._primitive, member._owner, task)
+        await member._member_release(task)
     except (LockError, RedisError, OSError) as exc:
         if report:
             log.warning("aiolock: giving back %r failed: %r", member.name, exc)

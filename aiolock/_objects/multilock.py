@@ -285,7 +285,7 @@ class Composite(Acquirable):
             [r if r is not None and r.count and r.lost is None else None for r in records],
             need=self._quorum,
             leases=[lease] * len(records),
-            guards=[member._engine.guard for member in self._members],
+            guards=[member._member_guard() for member in self._members],
         )
 
     def _guard_release_soon(self) -> None:
@@ -440,8 +440,7 @@ def _place(member: LockHandle) -> tuple[str, str, str, str, str]:
     return (
         member.name,
         type(member).__name__,
-        member._key,
-        member._engine.settings.server,
+        *member._member_place(),
         member.owner or "",
     )
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -350,6 +351,10 @@ async def forced_term_ends_on_its_message(
         await asyncio.wait([task])
 
 
+#: Set while a watched ``ScriptRunner.run`` runs (its own ``send()`` is not counted again).
+_in_run: contextvars.ContextVar[bool] = contextvars.ContextVar("_in_run", default=False)
+
+
 def watch_script_runs(
     monkeypatch: pytest.MonkeyPatch,
     started: Callable[[Script, list[str]], None],
@@ -357,19 +362,23 @@ def watch_script_runs(
 ) -> None:
     """Call ``started(script, keys)`` for every script a client sends, and ``finished``
     once its reply is in: through ``ScriptRunner.run`` and through its coroutine-less
-    first send (``ScriptRunner.send``, the plain attempt's and unlock's path)."""
+    first send (``ScriptRunner.send``, the plain attempt's and unlock's path), counted once
+    where ``run()`` itself sends through ``send()``."""
     run, send = ScriptRunner.run, ScriptRunner.send
 
     async def running(self: ScriptRunner, script: Script, keys: list[str], args: Any) -> Any:
         started(script, keys)
+        inner = _in_run.set(True)
         try:
             return await run(self, script, keys, args)
         finally:
+            _in_run.reset(inner)
             finished(script)
 
     def sending(self: ScriptRunner, script: Script, keys: list[str], args: Any) -> Any:
         future = send(self, script, keys, args)
-        if future is not None:  # None: the caller goes through run(), counted there
+        # None: the caller goes through run(), counted there; so is a send of run()'s own.
+        if future is not None and not _in_run.get():
             started(script, keys)
             future.add_done_callback(lambda _f: finished(script))
         return future

@@ -29,11 +29,8 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any, Protocol
 from urllib.parse import urlsplit
-
-if TYPE_CHECKING:
-    from ._cases import Job
 
 __all__ = (
     "DEFAULT_VERSION",
@@ -151,6 +148,30 @@ def argv(url: str, cp: str) -> list[str]:
     address = f"redis://{parts.hostname}:{parts.port or 6379}"
     return ["java", *JVM_OPTIONS, "-cp", cp, "aiolock.interop.Bench", "--address", address,
             "--database", database]  # fmt: skip
+
+
+class _Scenario(Protocol):
+    """What a JVM is told of a measured configuration (``_cases.Scenario``)."""
+
+    @property
+    def tasks(self) -> int: ...
+    @property
+    def processes(self) -> int: ...
+    @property
+    def shared(self) -> bool: ...
+
+
+class Job(Protocol):
+    """What the JVMs are told of one measurement (``_cases.Job``, which imports this)."""
+
+    @property
+    def url(self) -> str: ...
+    @property
+    def tag(self) -> str: ...
+    @property
+    def scen(self) -> _Scenario: ...
+    @property
+    def duration(self) -> float: ...
 
 
 def prepare(job: Job, index: int, warmup_s: float) -> str:

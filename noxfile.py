@@ -291,12 +291,14 @@ def bench(session: nox.Session) -> None:
     after ``--`` go to ``python -m benchmarks`` (benchmarks/README.md)."""
     bench_args = _install_wheel(session, "bench")
     # The wheel is what is measured, not the work tree: with the current directory off
-    # sys.path (PYTHONSAFEPATH) and only the benchmarks package on it (a link), an edit
-    # made while the run goes on cannot reach its worker processes.
+    # sys.path (PYTHONSAFEPATH) and only the benchmarks and the test helpers it starts
+    # servers with on it (links), an edit made while the run goes on cannot reach its
+    # worker processes.
     path = Path(session.create_tmp()) / "bench-path"
     shutil.rmtree(path, ignore_errors=True)
     path.mkdir()
-    (path / "benchmarks").symlink_to(Path(__file__).parent / "benchmarks")
+    for package in ("benchmarks", "tests"):
+        (path / package).symlink_to(Path(__file__).parent / package)
     session.run(
         "python",
         "-m",

@@ -23,6 +23,7 @@ import json
 import os
 import queue
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -198,6 +199,24 @@ class _Jvm:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._paused = False
+
+    def pause(self) -> None:
+        """Stop the JVM (SIGSTOP) while other implementations are measured.
+
+        Its idle threads (the JIT, the collector, Netty's event loops) would otherwise run
+        on the pinned core beside the case measured, and be counted against it.
+        """
+        if self.process.poll() is None and not self._paused:
+            os.kill(self.process.pid, signal.SIGSTOP)
+            self._paused = True
+
+    def resume(self) -> None:
+        """Let the JVM run again (SIGCONT) before its own measurement or its exit."""
+        if self._paused:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, signal.SIGCONT)
+            self._paused = False
 
     def _read(self) -> None:
         stdout: IO[str] | None = self.process.stdout
@@ -236,6 +255,7 @@ class _Jvm:
         return ""
 
     def close(self) -> None:
+        self.resume()
         if self.process.poll() is None:
             self.say("exit")
             try:
@@ -272,7 +292,14 @@ class _Pool:
             self.warm += [False] * len(fresh)
             for jvm in fresh:
                 jvm.reply("started", START_LIMIT_S)
+        for jvm in self.jvms:
+            jvm.resume()
         return self.jvms[:count]
+
+    def pause(self) -> None:
+        """Stop every JVM until Redisson is measured again."""
+        for jvm in self.jvms:
+            jvm.pause()
 
     def close(self) -> None:
         jvms, self.jvms, self.warm = self.jvms, [], []
@@ -319,4 +346,6 @@ def run_jvms(
         raise
     if any(report["stragglers"] for report in reports):
         _POOL.close()
+    else:
+        _POOL.pause()
     return reports

@@ -6,6 +6,11 @@ back into them. Each hook is a plain sync method: it logs a slow wait or hold (`
 ``slow_hold``) and, only when a listener is registered, builds the event and calls the
 listeners. With none, the cost is a comparison or two and an attribute check.
 
+An announced acquisition leaves the emitter's own record of it (``Announcement``: when, of
+which kind, a leader's or not, its slow-hold threshold, whether it was logged slow). The
+hold's record keeps it, opaque, and hands it back when the hold ends: every ``Released``
+or ``Lost`` matches one ``Acquired``.
+
 A listener runs inside aiolock's own calls and tasks (an ``Acquired`` inside ``lock()``, a
 ``RenewalRound`` inside the renewal task), so nothing it does may reach them: whatever it
 raises is logged, never propagated, as asyncio does for its callbacks (``Handle._run``):
@@ -43,7 +48,7 @@ from .events import (
 if TYPE_CHECKING:
     from .events import AcquireKind, FailReason, Kind
 
-__all__ = ("Emitter", "Listener", "fail_reason")
+__all__ = ("Announcement", "Emitter", "Listener", "fail_reason")
 
 log = logging.getLogger("aiolock")
 
@@ -69,6 +74,32 @@ def _described(fn: Listener) -> str:
         return repr(fn)
     except Exception:
         return f"<{type(fn).__qualname__} object at {id(fn):#x}>"
+
+
+class Announcement:
+    """The emitter's record of one announced acquisition (an ``Acquired``), for its hold's end.
+
+    Made as the acquisition is announced; the hold's record keeps it, unread, until the
+    hold's end is announced (a ``Released`` or a ``Lost``), once.
+    """
+
+    __slots__ = ("at", "kind", "leader", "slow_hold", "slow_logged")
+
+    def __init__(self, at: float, kind: Kind, *, leader: bool, slow_hold: float | None) -> None:
+        #: When (``time.monotonic()``) it was announced.
+        self.at = at
+        #: The lock kind that began it (the events' ``kind``): one hold may be re-entered
+        #: through handles of other kinds on the same key (a lock and a spin lock share the
+        #: layout).
+        self.kind = kind
+        #: A leader's term: its events say ``leader=True``.
+        self.leader = leader
+        #: Past how long (s) the hold is logged as slow (None: never): the client's
+        #: ``slow_hold``, or its object's (a term's default is never: a term is meant to last).
+        self.slow_hold = slow_hold
+        #: Logged as held past ``slow_hold`` already (``Emitter.held_long``): its release
+        #: says so at INFO only.
+        self.slow_logged = False
 
 
 class Emitter:
@@ -234,54 +265,47 @@ class Emitter:
         if self.listeners:
             self.emit(AcquireFailed(kind, name, waited, reason))
 
-    def held_long(self, kind: Kind, name: str, holder: str, held: float, slow_hold: float) -> None:
-        """A hold still held past its ``slow_hold`` (once per hold: the caller remembers)."""
+    def held_long(self, announced: Announcement, name: str, holder: str, held: float) -> None:
+        """A hold still held ``held`` s past its announcement, beyond its ``slow_hold``.
+
+        Logged once per hold: ``announced`` remembers it, and its release then logs at INFO.
+        """
+        announced.slow_logged = True
         log.warning(
             "aiolock: %s %r has been held by %s for %.1f s and is still held (slow_hold: %g s)",
-            kind,
+            announced.kind,
             name,
             holder,
             held,
-            slow_hold,
+            announced.slow_hold,
         )
 
-    def released(
-        self,
-        kind: Kind,
-        name: str,
-        holder: str,
-        held: float,
-        *,
-        warned: bool = False,
-        leader: bool = False,
-        slow_hold: float | None = None,
-    ) -> None:
-        """The holder released its last hold, ``held`` seconds after it began.
+    def released(self, announced: Announcement, name: str, holder: str) -> None:
+        """The holder released the last hold of the acquisition ``announced``.
 
-        ``warned``: ``held_long`` was logged for this hold already (then INFO, not WARNING).
-        ``slow_hold``: the hold's own threshold (the client's, or its object's: a leader's
-        term has none unless asked; ``HoldRecord.slow_hold``), None for no log.
+        Logged if held past the hold's own ``slow_hold`` (the client's, or its object's: a
+        leader's term has none unless asked), at INFO if ``held_long`` logged it already.
         """
-        slow = slow_hold
+        held = monotonic() - announced.at
+        slow = announced.slow_hold
         if slow is not None and held > slow:
             log.log(
-                logging.INFO if warned else logging.WARNING,
+                logging.INFO if announced.slow_logged else logging.WARNING,
                 "aiolock: %s %r was released by %s after being held %.3f s (slow_hold: %g s)",
-                kind,
+                announced.kind,
                 name,
                 holder,
                 held,
                 slow,
             )
         if self.listeners:
-            self.emit(Released(kind, name, holder, held, leader))
+            self.emit(Released(announced.kind, name, holder, held, announced.leader))
 
-    def lost(
-        self, kind: Kind, name: str, holder: str, held: float, how: str, *, leader: bool = False
-    ) -> None:
-        """A hold ended without its holder's release (the loss itself is logged by _holds)."""
+    def lost(self, announced: Announcement, name: str, holder: str, how: str) -> None:
+        """The hold of ``announced`` ended without its holder's release (logged by _holds)."""
+        held = monotonic() - announced.at
         if self.listeners:
-            self.emit(Lost(kind, name, holder, held, how, leader))
+            self.emit(Lost(announced.kind, name, holder, held, how, announced.leader))
 
     def renewal_round(self, servers: int, holds: int, duration: float, failed: int) -> None:
         """A watchdog round ended."""

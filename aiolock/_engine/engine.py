@@ -43,11 +43,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ResponseError
 
+from .._emitter import Announcement
 from .._exceptions import ClientClosedError, LockLostError, LockNotOwnedError
 from .._keys import unlock_latch_key
 from .cancel import cancel_mark, cancel_requested, cancelled_since
 from .failures import Failure, failure
-from .holds import Began
 from .primitive import Release, decode_force, decode_release, script_error
 
 if TYPE_CHECKING:
@@ -270,12 +270,12 @@ class Engine:
             confirmed=confirmed,
             expiry=expiry,
             primitive=primitive,
-            began=(
-                Began(
+            announced=(
+                Announcement(
                     now,
                     primitive.lock_kind,
-                    primitive.leader,
-                    primitive.slow_hold(self.events.slow_hold),
+                    leader=primitive.leader,
+                    slow_hold=primitive.slow_hold(self.events.slow_hold),
                 )
                 if announce
                 else None

@@ -14,16 +14,15 @@ import logging
 import os
 import weakref
 from dataclasses import dataclass
-from time import monotonic
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._emitter import Emitter
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Sequence
 
+    from .._emitter import Announcement
     from .._net.scripts import Script
-    from ..events import Kind
 
 __all__ = ("Expiry", "HoldRecord", "HoldRegistry")
 
@@ -72,19 +71,6 @@ class Watching(Protocol):
         """The hold was lost, for ``why``."""
 
 
-class Began(NamedTuple):
-    """An acquisition's announcement, as its hold's record keeps it for the hold's end."""
-
-    #: When (``time.monotonic()``) it was announced.
-    at: float
-    #: The lock kind that began it (the events' ``kind``).
-    kind: Kind
-    #: A leader's term: its events say ``leader=True``.
-    leader: bool
-    #: Past how long (s) the hold is logged as slow (None: never).
-    slow_hold: float | None
-
-
 @dataclass(eq=False, slots=True)
 class HoldRecord:
     """One holder's hold on one lock, with a lease entry per reentrant acquisition.
@@ -128,21 +114,11 @@ class HoldRecord:
     reapplying: Expiry | None = dataclasses.field(default=None, repr=False)
     # The guarded holds (``guard.Guarding``) watching this one: told at once when it is lost.
     guards: list[Watching] | None = dataclasses.field(default=None, repr=False)
-    # When (time.monotonic()) the acquisition that began it was announced (an ``Acquired``
-    # event); None: begun otherwise (holds found on the server, say), and its end is not
-    # announced either: every ``Released`` or ``Lost`` matches one ``Acquired``.
-    began: float | None = None
-    # The lock kind that began it (the events' ``kind``): one hold may be re-entered through
-    # handles of other kinds on the same key (a lock and a spin lock share the layout).
-    began_as: Kind = "lock"
-    # It is a leader's term (its events say ``leader=True``), and past how long (s) it is
-    # logged as slow (None: never): the client's ``slow_hold``, or its object's (a term's
-    # default is never: a term is meant to be long). Both set where ``began`` is.
-    leader: bool = False
-    slow_hold: float | None = None
-    # Logged as held past slow_hold already (by the renewal round): its release says so
-    # at INFO only.
-    slow_logged: bool = False
+    # The emitter's record of the acquisition that began it (an ``Acquired`` was told),
+    # handed back to the emitter at the hold's end; None: begun otherwise (holds found on
+    # the server, say), and its end is not announced either: every ``Released`` or
+    # ``Lost`` matches one ``Acquired``.
+    announced: Announcement | None = None
 
     def expiry_sent(self, until: float) -> Expiry:
         """A call that sets this hold's expiry is sent; it runs at least ``until`` (loop time).
@@ -222,10 +198,6 @@ class HoldRecord:
         if self.guards is None:
             self.guards = []
         self.guards.append(guard)
-
-    def logged_slow(self) -> None:
-        """The renewal logged this hold as held past its ``slow_hold``: once is enough."""
-        self.slow_logged = True
 
     def reapply_ms(self, watchdog_ms: int) -> int:
         """The lease an unlock re-applies while holds remain."""
@@ -316,23 +288,23 @@ class HoldRegistry:
         confirmed: float | None = None,
         expiry: Expiry | None = None,
         primitive: Any = None,
-        began: Began | None = None,
+        announced: Announcement | None = None,
     ) -> bool:
         """Record a successful acquisition; ``count`` is the server's count after it.
 
         ``confirmed``: until when the acquire's answer shows the lease runs (its send time
         plus its lease); None: no new confirmation. ``expiry``: the acquire's ticket when it
         was sent for a hold already recorded (``HoldRecord.expiry_sent``). ``primitive``:
-        the engine's, kept for aclose(). ``began``: the acquisition was announced (None: a
-        hold merely found on the server). Whether it re-entered a hold already announced
-        and still believed held.
+        the engine's, kept for aclose(). ``announced``: the emitter's record of the
+        acquisition, announced (None: a hold merely found on the server). Whether it
+        re-entered a hold already announced and still believed held.
         """
         hold = self._holds.get((key, field))
         reentrant = (
             hold is not None
             and len(hold.leases) > 0
             and hold.lost is None
-            and hold.began is not None
+            and hold.announced is not None
         )
         if hold is None:
             hold = self._holds[key, field] = HoldRecord(
@@ -369,9 +341,8 @@ class HoldRegistry:
         if lease_ms is None or None in hold.leases:
             self._renewal.track(hold)
         hold.primitive = primitive
-        if began is not None and not reentrant:
-            hold.began, hold.began_as, hold.leader, hold.slow_hold = began
-            hold.slow_logged = False
+        if announced is not None and not reentrant:
+            hold.announced = announced
         return reentrant
 
     def reapply_ms(self, hold: HoldRecord | None) -> int:
@@ -392,17 +363,9 @@ class HoldRegistry:
     def released(self, hold: HoldRecord, *, fully: bool) -> None:
         """Record an unlock the server confirmed."""
         if fully:
-            began = hold.began
-            if began is not None and hold.lost is None:
-                self.events.released(
-                    hold.began_as,
-                    hold.name,
-                    hold.holder,
-                    monotonic() - began,
-                    warned=hold.slow_logged,
-                    leader=hold.leader,
-                    slow_hold=hold.slow_hold,
-                )
+            announced = hold.announced
+            if announced is not None and hold.lost is None:
+                self.events.released(announced, hold.name, hold.holder)
             self.drop(hold)
             return
         if hold.leases:
@@ -451,12 +414,10 @@ class HoldRegistry:
         hold.task = None
 
     def _ended_unreleased(self, hold: HoldRecord, how: str) -> None:
-        began = hold.began
-        if began is not None:
-            self.events.lost(
-                hold.began_as, hold.name, hold.holder, monotonic() - began, how, leader=hold.leader
-            )
-            hold.began = None  # announced once
+        announced = hold.announced
+        if announced is not None:
+            self.events.lost(announced, hold.name, hold.holder, how)
+            hold.announced = None  # announced once
 
     def mark_lost(self, hold: HoldRecord, why: str, how: str = "renewal") -> None:
         """The hold is gone on the server: stop renewing, remember why for unlock().

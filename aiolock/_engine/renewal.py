@@ -310,20 +310,19 @@ class RenewalService:
 
         Once a period, from the renewal's own pass over its holds: a hold with a lease of
         its own is not renewed, and its slow hold is logged at its release only. The
-        threshold is the hold's (``HoldRecord.slow_hold``: the client's, or its object's).
+        threshold is the hold's (``Announcement.slow_hold``: the client's, or its object's).
         """
         events = self._events
         now = monotonic()
         for hold in self._holds:
-            began, limit = hold.began, hold.slow_hold
+            announced = hold.announced
             if (
-                began is not None
-                and limit is not None
-                and not hold.slow_logged
-                and now - began > limit
+                announced is not None
+                and (limit := announced.slow_hold) is not None
+                and not announced.slow_logged
+                and now - announced.at > limit
             ):
-                hold.logged_slow()
-                events.held_long(hold.began_as, hold.name, hold.holder, now - began, limit)
+                events.held_long(announced, hold.name, hold.holder, now - announced.at)
 
     def _rounds_answered(self, rounds: list[_Round], done: list[asyncio.Task[bool]]) -> None:
         """Count the shares back in ``done``; a round whose last share is back ends."""

@@ -464,7 +464,6 @@ async def _acquire(
     mark, calling = engine.call_starts()
     # One coroutine for the whole call, which its deadline (``within``) can cut.
     try:
-        services = engine.services
         call = _call(
             engine,
             primitive,
@@ -482,12 +481,9 @@ async def _acquire(
             won = await _acquire_polling(engine, primitive, call)
         else:
             channel = primitive.channel(call.holder)
-            room = services.waiting
             sub, waiter, queue_behind = _join(engine, primitive, call, channel)
             if queue_behind:
-                won = await _wait(
-                    engine, primitive, call, sub, waiter, room.lease_left_ms(primitive.key)
-                )
+                won = await _wait(engine, primitive, call, sub, waiter, None)
             else:
                 try:
                     reply = await attempt(engine, primitive, call)
@@ -670,16 +666,20 @@ async def _wait(
     call: Call,
     sub: Subscription | None,
     waiter: Waiter | None,
-    ttl_ms: int,
+    ttl_ms: int | None,
 ) -> bool:
-    """Wait in the one wait loop (``waiting.wait_in_line``) until acquired or late."""
+    """Wait in the one wait loop (``waiting.wait_in_line``) until acquired or late.
+
+    ``ttl_ms``: the lease the call's attempt found; None: the call queued behind this
+    client's waiters without an attempt, and goes by the lease they last saw.
+    """
+    turn = _LockTurn(engine, primitive, call)
+    bound = turn.saw(ttl_ms)
     waiting = engine.services.waiting
     waiting.enter(primitive.key, call.field)
     engine.events.wait_started(primitive.lock_kind, primitive.name)
-    waiting.saw_lease(primitive.key, ttl_ms)
-    turn = _LockTurn(engine, primitive, call)
     try:
-        return await wait_in_line(turn, sub, waiter, turn.bound(ttl_ms))
+        return await wait_in_line(turn, sub, waiter, bound)
     except BaseException:
         if primitive.leaves_queue and waiting.field_waiting(primitive.key, call.field) == 1:
             # The queue exit takes its place in the holder's line now, so the holder's
@@ -707,8 +707,16 @@ class _LockTurn:
         self._room = engine.services.waiting
         self._channel = primitive.channel(call.holder)
 
-    def bound(self, ttl_ms: int) -> float:
-        """How long a lost message may cost: the holder's remaining lease."""
+    def saw(self, ttl_ms: int | None) -> float:
+        """Keep the lease an attempt found for newcomers; how long the next wait may last.
+
+        ``ttl_ms``: -1 for no expiry; None: the lease this client's waiters last saw. The
+        bound is how long a lost message may cost: the holder's remaining lease.
+        """
+        key = self.primitive.key
+        if ttl_ms is None:
+            ttl_ms = self._room.lease_left_ms(key)
+        self._room.saw_lease(key, ttl_ms)
         return ttl_ms / 1000 if ttl_ms >= 0 else self.engine.settings.ttl_cap
 
     async def subscribe(self) -> Subscription | None:
@@ -722,8 +730,7 @@ class _LockTurn:
         reply = await attempt(self.engine, self.primitive, self.call)
         if reply.acquired:
             return Step(done=True)
-        self._room.saw_lease(self.primitive.key, reply.ttl_ms)
-        return Step(done=False, bound=self.bound(reply.ttl_ms))
+        return Step(done=False, bound=self.saw(reply.ttl_ms))
 
     def took(self, waiter: Waiter, step: Step) -> None:
         self._room.remove(self._channel, waiter, leaving=False)

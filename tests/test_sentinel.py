@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 from redis.asyncio import Redis
 from redis.asyncio.sentinel import Sentinel
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ReadOnlyError
 
 import aiolock
 
@@ -194,6 +196,9 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
             limit=LIMIT,
             what="both clients heard the switch",
         )
+        # Both moved when the promotion was announced (the switch then moved nothing).
+        assert inside.sentinel(holder).early_switches == 1
+        assert inside.sentinel(waiting).early_switches == 1
         rounds = inside.renewal(holder).rounds
         await wait_until(
             lambda: inside.renewal(holder).rounds >= rounds + 2, limit=LIMIT, what="renewals"
@@ -209,6 +214,60 @@ async def test_failover_moves_commands_and_pubsub_to_the_new_primary(
     wire = inside.wire_of(inside.transport(holder))
     assert wire is not None
     assert wire.peer.endswith(f":{new.port}")
+
+
+@pytest.mark.parametrize("abort", ["announced", "missed"])
+async def test_a_promotion_never_carried_out_hands_the_connections_back(
+    group: SentinelHandle, make_client: Any, name: str, abort: str
+) -> None:
+    """A promotion announced (``+failover-state-send-slaveof-noone``) moves the client to
+    the replica at once, before the switch; if it is given up instead, whether the abort is
+    heard (``-failover-abort-slave-timeout``) or missed (no sentinel reports a failover
+    under way, two polls in a row), the client goes back to the primary the sentinels
+    name, and its calls work there again.
+
+    The announcement is handed to the watch as a sentinel's message would be (a real
+    sentinel only gives a promotion up when the replica stops answering mid-failover)."""
+    client = make_client()
+    lock = client.lock(name)
+    assert not await lock.is_locked()  # connects (a read: nothing to sweep afterwards)
+    await wait_until(inside.sentinel(client).listening.is_set, what="watching")
+    primary = group.primary()
+    replica = next(node for node in group.nodes if node.port != primary.port)
+    # After an earlier test's failover the old primary takes writes until it is demoted.
+    await wait_until(lambda: replica.call("ROLE")[0] == "slave", limit=LIMIT, what="a replica")
+    watch = inside.sentinel(client)
+    watch.heard(
+        "+failover-state-send-slaveof-noone",
+        f"slave 127.0.0.1:{replica.port} 127.0.0.1 {replica.port} @ {group.master_name} "
+        f"127.0.0.1 {primary.port}",
+    )
+    assert watch.early_switches == 1
+    # Every (re)connect goes to the replica now, though the sentinels name the primary.
+    assert await watch.locate() == ("127.0.0.1", replica.port)
+    if abort == "announced":
+        watch.heard(
+            "-failover-abort-slave-timeout",
+            f"master {group.master_name} 127.0.0.1 {primary.port}",
+        )
+    # Refused (READONLY) while it still goes to the replica; then taken on the primary.
+    async with asyncio.timeout(LIMIT):
+        while True:
+            try:
+                async with lock.acquired(wait=LIMIT):
+                    pass
+                break
+            except (ReadOnlyError, RedisConnectionError):
+                continue
+    assert await watch.locate() == ("127.0.0.1", primary.port)
+    # A connect under way when the promotion was given up may still have gone to the
+    # replica: the next poll moves it.
+    await wait_until(
+        lambda: set(inside.connected_to(client)) == {f"127.0.0.1:{primary.port}"},
+        limit=LIMIT,
+        what="every connection on the primary",
+    )
+    assert not await lock.is_locked()
 
 
 async def test_cli_through_sentinel_exits_promptly(

@@ -4,20 +4,32 @@ A connection opened through a Sentinel pool asks the sentinels for the primary w
 connects, and then stays where it is. After a failover the old primary keeps accepting
 writes for seconds, until the sentinels demote it: a client still talking to it and a
 client already on the new primary could then both hold one lock. So, as Redisson does, the
-client listens to the sentinels' ``+switch-master`` events; when the group's primary
-switches, it drops its command and pub/sub connections, whose next connect asks the
-sentinels anew. Calls in flight fail and are resent there (every script is idempotent);
-the pub/sub connection subscribes again and wakes every waiter.
+client listens to every sentinel's events and moves its command and pub/sub connections
+(it drops them; their next connect asks where to go). Calls in flight fail and are resent
+there (every script is idempotent); the pub/sub connection subscribes again and wakes every
+waiter.
 
-An event can be missed: the sentinel listened to may be stalled (a paused host), refuse the
+It moves at the promotion, not at ``+switch-master``: the sentinel that leads a failover
+announces ``+failover-state-send-slaveof-noone`` (naming the replica it is about to
+promote) a sentinel tick before it sends ``REPLICAOF NO ONE``, and ``+switch-master`` only
+after every replica is reconfigured, a second or more later. A write the old primary takes
+after the promotion never reaches the new one: a lock taken there is lost, and may be
+granted again on the new primary meanwhile. Moving at the announcement, while the replica
+still copies the old primary, keeps every write of this client on the side that survives;
+the replica refuses writes (READONLY) for the moment until it is promoted, which the script
+runner resends. Only the leading sentinel announces it, hence a subscription to each. Until
+the sentinels name the promoted replica themselves, connections go to it; an abort
+(``-failover-abort-slave-timeout``, or no sentinel reporting a failover under way in two
+polls in a row) hands them back to what the sentinels name.
+
+An event can be missed: the sentinels may be stalled (a paused host), refuse the
 subscription (an ACL user without channel rights), or the switch may happen while the watch
 reconnects. So, as Redisson does (``SentinelConnectionManager.checkMasterChange``), the
-watch also asks the sentinels for the current primary (``SENTINEL GET-MASTER-ADDR-BY-NAME``)
-after every (re)subscription and then once a second; an answer that differs from where the
-client's connections go is a switch. One command per second to one sentinel, each bounded
-by a short timeout after which the next sentinel is asked: a stalled sentinel delays the
-follow by that timeout, not by its own silence. With the event missed the client follows
-within the poll interval plus the query bound (under 2 s).
+watch also asks the sentinels for the current primary after every (re)subscription and then
+once a second; an answer that differs from where the client's connections go is a switch.
+One command per second to each sentinel, at once, each bounded by a short timeout: a stalled
+sentinel costs nothing. With the events missed the client follows within the poll interval
+plus the query bound (under 2 s), at ``+switch-master`` time.
 
 A write refused with READONLY (a demoted primary) drops the command connection as well
 (``topology.OneServer``).
@@ -47,14 +59,17 @@ __all__ = ("SentinelWatch",)
 
 log = logging.getLogger("aiolock")
 
-_CHANNEL = "+switch-master"
-_SUBSCRIBE = pack("SUBSCRIBE", _CHANNEL)
+# The switch; the promotion about to be sent (leader only); the promotion given up.
+_SWITCH = "+switch-master"
+_PROMOTING = "+failover-state-send-slaveof-noone"
+_ABORTED = "-failover-abort-slave-timeout"
+_SUBSCRIBE = pack("SUBSCRIBE", _SWITCH, _PROMOTING, _ABORTED)
 _PING = pack("PING")
 # A sentinel that answers nothing (not even a PING) for this long is left for the next.
 _KEEPALIVE = 5.0
-# Pause after every sentinel of the group failed in turn.
+# Pause before a sentinel that failed (or ended the connection) is connected to again.
 _ROUND_PAUSE = 1.0
-# Pause after every sentinel refused the subscription (an ACL): asking again each second
+# Pause after a sentinel refused the subscription (an ACL): asking again each second
 # would only log and reconnect; polling follows the switches meanwhile.
 _REFUSED_PAUSE = 30.0
 # How often the sentinels are asked for the current primary (Redisson's scanInterval), and
@@ -76,7 +91,7 @@ _AGREE = 0.05
 
 
 class SentinelWatch:
-    """Listens to one sentinel at a time (the next when it fails) for primary switches."""
+    """Listens to every sentinel of the group for its primary's promotion and switch."""
 
     def __init__(
         self,
@@ -108,139 +123,116 @@ class SentinelWatch:
         self._query = pack("SENTINEL", "MASTER", self._service)
         # The primary the last move went to (a repeated move is logged quietly).
         self._followed: str | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._poller: asyncio.Task[None] | None = None
+        # The replica being promoted, (host, port), from its announcement until the
+        # sentinels name it (or give it up): connections go there meanwhile.
+        self._promoting: tuple[str, int] | None = None
+        # Polls in a row that found no failover under way while ``_promoting`` was set.
+        self._quiet_polls = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._listeners: list[_Listener] = []
         # One command connection per sentinel asked, opened when first asked.
         self._polls: dict[int, CommandTransport] = {}
         # The sentinel asked first: the last one that answered.
         self._poll_from = 0
         # Set to poll at once (a subscription confirmed) rather than at the interval.
         self._poll_now = asyncio.Event()
-        self._wire: Wire | None = None
-        self._ended: asyncio.Future[Exception] | None = None
-        self._heard = False
-        # The sentinels refused the subscription since one last accepted it.
-        self._refused = False
         self.closed = False
-        #: Switches of this group's primary heard so far.
+        #: Switches of this group's primary heard so far (a promotion and its switch: one).
         self.switches = 0
-        #: Switches found by asking the sentinels (an event missed).
+        #: Switches found by asking the sentinels (every event missed).
         self.polled_switches = 0
+        #: Moves made at a promotion's announcement, before the switch.
+        self.early_switches = 0
         #: How many times the sentinels were asked for the primary and one answered.
         self.polls = 0
-        #: Whether a sentinel has confirmed the subscription (tests wait for it).
+        #: Whether some sentinel has confirmed the subscription (tests wait for it).
         self.listening = asyncio.Event()
 
     def start(self) -> None:
         """Begin listening and polling (once; the command connection calls it on connect)."""
-        if self._task is None and not self.closed and self._sentinels:
-            self._task = self._spawn(self._run())
-            self._poller = self._spawn(self._poll())
+        if not self._tasks and not self.closed and self._sentinels:
+            for make_connection in self._sentinels:
+                listener = _Listener(self, make_connection, self._refusal_note)
+                self._listeners.append(listener)
+                self._tasks.append(self._spawn(listener.run()))
+            self._tasks.append(self._spawn(self._poll()))
 
-    # -- the wire's listener ---------------------------------------------------------------
+    # -- what the sentinels announce ---------------------------------------------------------
 
-    def on_reply(self, reply: Any) -> None:
-        self._heard = True
-        if isinstance(reply, Exception):
-            self._refusal(reply)
-            return
-        if not isinstance(reply, list) or len(reply) < 3:
-            return
-        kind = _text(reply[0])
-        if kind == "subscribe":
-            if self._refused:
-                log.info("aiolock: a sentinel accepts the +switch-master subscription again")
-                self._refused = False
-            self.listening.set()
-            # A switch may have happened while no sentinel was listened to.
-            self._poll_now.set()
-        elif kind == "message" and _text(reply[1]) == _CHANNEL:
-            # "<name> <old ip> <old port> <new ip> <new port>"
-            fields = _text(reply[2]).split()
-            if fields and fields[0] == self._service:
-                new = f"{fields[3]}:{fields[4]}" if len(fields) >= 5 else "?"
-                if new == self._followed:
-                    return  # polling found this switch first: the connections moved
-                self.switches += 1
-                log.warning(
-                    "aiolock: the sentinels switched %r's primary to %s; reconnecting",
-                    self._service,
-                    new,
-                )
-                self._followed = new
-                self._on_switch(new)
+    def subscribed(self) -> None:
+        """A sentinel confirmed the subscription."""
+        self.listening.set()
+        # A switch may have happened while that sentinel was not listened to.
+        self._poll_now.set()
 
-    on_push = on_reply
-
-    def _refusal(self, exc: Exception) -> None:
-        # An error reply: to SUBSCRIBE most likely (an ACL user without channel rights).
-        # The watch would hear nothing on this sentinel: say so, and try the next one.
-        wire = self._wire
-        peer = "?" if wire is None else wire.peer
-        report = log.debug if self._refused else log.warning
-        report(
-            "aiolock: sentinel %s refused the +switch-master subscription (%s); switches "
-            "of %r are found by polling the sentinels every %g s instead",
-            peer,
-            exc,
-            self._service,
-            self._poll_interval,
-        )
-        self._refused = True
-        if wire is not None:
-            wire.close(RedisError(f"aiolock: sentinel {peer} refused: {exc}"))
-
-    def on_lost(self, wire: Wire, exc: Exception) -> None:
-        if wire is self._wire:
-            self._wire = None
+    def unsubscribed(self) -> None:
+        """A sentinel's connection ended."""
+        if not any(listener.subscribed for listener in self._listeners):
             self.listening.clear()
-            ended = self._ended
-            if ended is not None and not ended.done():
-                ended.set_result(exc)
 
-    # -- I/O --------------------------------------------------------------------------------
+    def heard(self, channel: str, message: str) -> None:
+        """A message on one of the channels, from any sentinel."""
+        fields = message.split()
+        if channel == _SWITCH:
+            # "<name> <old ip> <old port> <new ip> <new port>"
+            if len(fields) >= 5 and fields[0] == self._service:
+                self._switched(f"{fields[3]}:{fields[4]}")
+        elif channel == _PROMOTING:
+            # The replica, then "@", the group's name and its primary's address.
+            if len(fields) >= 6 and fields[5] == self._service:
+                self._promotion(fields[2], int(fields[3]))
+        elif (
+            # "master", the group's name and its primary's address.
+            channel == _ABORTED
+            and self._promoting is not None
+            and len(fields) >= 2
+            and fields[1] == self._service
+        ):
+            self._given_up("the sentinels gave the promotion up")
 
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while not self.closed:
-            for make_connection in list(self._sentinels):
-                if self._closed_now():
-                    return
-                wire: Wire | None = None
-                try:
-                    self._ended = loop.create_future()
-                    wire = await open_wire(make_connection, self, pushes=True)
-                    if self._closed_now():
-                        # Closed while it connected (on 3.11 redis-py's connect() can
-                        # swallow the cancel that aclose() sent): use it for nothing.
-                        return
-                    self._wire = wire
-                    wire.write(_SUBSCRIBE)
-                    await self._listen(wire)
-                except (RedisError, OSError) as exc:
-                    log.debug("aiolock: sentinel connection failed: %r", exc)
-                finally:
-                    if wire is not None:
-                        if not wire.closed:
-                            wire.close()
-                        await wire.dispose()
-            if not self.closed:
-                await asyncio.sleep(_REFUSED_PAUSE if self._refused else _ROUND_PAUSE)
+    def _refusal_note(self) -> str:
+        return (
+            f"switches of {self._service!r} are found by polling the sentinels every "
+            f"{self._poll_interval:g} s instead"
+        )
 
-    async def _listen(self, wire: Wire) -> None:
-        """Until the connection ends: a PING each quiet period, the end if none is heard."""
-        ended = self._ended
-        assert ended is not None
-        self._heard = True
-        while not ended.done() and not self.closed:
-            if not self._heard:
-                wire.close()
-                return
-            self._heard = False
-            wire.write(_PING)
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_KEEPALIVE):
-                    await asyncio.shield(ended)
+    def _switched(self, new: str) -> None:
+        self._promoting = None
+        if new == self._followed:
+            return  # moved already: at the promotion, by polling, or heard from another sentinel
+        self.switches += 1
+        log.warning(
+            "aiolock: the sentinels switched %r's primary to %s; reconnecting", self._service, new
+        )
+        self._followed = new
+        self._on_switch(new)
+
+    def _promotion(self, host: str, port: int) -> None:
+        new = f"{host}:{port}"
+        self._promoting = (host, port)
+        self._quiet_polls = 0
+        if new == self._followed:
+            return
+        self.switches += 1
+        self.early_switches += 1
+        log.warning(
+            "aiolock: a sentinel is promoting %s to %r's primary; reconnecting there",
+            new,
+            self._service,
+        )
+        self._followed = new
+        self._on_switch(new)
+
+    def _given_up(self, why: str) -> None:
+        log.warning(
+            "aiolock: %s of %s for %r; reconnecting where the sentinels say",
+            why,
+            self._followed,
+            self._service,
+        )
+        self._promoting = None
+        self._followed = None
+        self._poll_now.set()
 
     # -- polling: the backstop for a missed event -------------------------------------------
 
@@ -250,11 +242,15 @@ class SentinelWatch:
                 async with asyncio.timeout(self._poll_interval):
                     await self._poll_now.wait()
             self._poll_now.clear()
-            if self._closed_now():
+            if self.is_closed():
                 return
-            primary = await self.ask_primary()
-            if primary is not None:
-                self._compare(primary)
+            # During a promotion every sentinel is heard out: only the leading one says that
+            # a failover is under way, and a slow answer must not read as an abort.
+            named, under_way = await self._newest(
+                self._query_timeout, everyone=self._promoting is not None
+            )
+            if named is not None:
+                self._compare(f"{named[0]}:{named[1]}", under_way=under_way)
 
     async def ask_primary(self) -> str | None:
         """The group's primary ("host:port") as the sentinels name it now.
@@ -263,7 +259,7 @@ class SentinelWatch:
         None: no sentinel answered (the next poll asks again), or those that did hold the
         primary down (a failover is coming: its switch is awaited).
         """
-        named = await self._newest(self._query_timeout)
+        named, _ = await self._newest(self._query_timeout)
         return None if named is None else f"{named[0]}:{named[1]}"
 
     async def _ask(self, index: int, bound: float) -> Any:
@@ -271,7 +267,7 @@ class SentinelWatch:
 
         No answer: the query failed, was refused, or got no reply within ``bound``.
         """
-        if self._closed_now():
+        if self.is_closed():
             return _NO_ANSWER  # aclose() closes the transports it finds: open no new one
         transport = self._polls.get(index)
         if transport is None:
@@ -333,24 +329,31 @@ class SentinelWatch:
         return make
 
     async def locate(self) -> tuple[str, int]:
-        """The primary as the sentinels name it now (``_newest``), all asked at once.
+        """Where the client's connections go now.
 
-        Waits ``_QUERY_DEADLINE`` at most for one; MasterNotFoundError (a connection error:
-        the call's own retries apply) if none names a primary by then, or every one that
-        answered holds it down.
+        The replica being promoted, if one is announced; else the primary as the sentinels
+        name it now (``_newest``, all asked at once), waiting ``_QUERY_DEADLINE`` at most
+        for one. MasterNotFoundError (a connection error: the call's own retries apply) if
+        none names a primary by then, or every one that answered holds it down.
         """
-        named = await self._newest(_QUERY_DEADLINE)
+        if self._promoting is not None:
+            # The sentinels name the old primary until the switch: writes there are lost.
+            return self._promoting
+        named, _ = await self._newest(_QUERY_DEADLINE)
         if named is None:
             raise MasterNotFoundError(f"aiolock: no sentinel named a primary for {self._service!r}")
         return named
 
-    async def _newest(self, bound: float) -> tuple[str, int] | None:
-        """The primary named by the newest config epoch among the sentinels' answers.
+    async def _newest(
+        self, bound: float, *, everyone: bool = False
+    ) -> tuple[tuple[str, int] | None, bool]:
+        """The primary the sentinels name, and whether one reports a failover under way.
 
         Every sentinel is asked at once, each within ``bound``; once one has named a
-        primary the others have ``_AGREE`` more to answer. Of the answers that name one,
-        the highest ``config-epoch`` wins (a sentinel that has not heard of a failover yet
-        names the old primary, with the old epoch); on a tie the sentinel asked first.
+        primary the others have ``_AGREE`` more to answer (``everyone``: all of ``bound``).
+        Of the answers that name one, the highest ``config-epoch`` wins (a sentinel that
+        has not heard of a failover yet names the old primary, with the old epoch); on a
+        tie one not leading a failover, then the sentinel asked first.
         """
         count = len(self._sentinels)
         order = [(self._poll_from + step) % count for step in range(count)]
@@ -358,7 +361,8 @@ class SentinelWatch:
             asyncio.ensure_future(self._ask(index, bound)): index for index in order
         }
         pending = set(asks)
-        named: list[tuple[int, int, tuple[str, int], int]] = []
+        named: list[tuple[int, bool, int, tuple[str, int], int]] = []
+        under_way = False
         loop = asyncio.get_running_loop()
         until: float | None = None
         try:
@@ -371,25 +375,51 @@ class SentinelWatch:
                 )
                 for asked in done:
                     reply = asked.result()
+                    leading = _failing_over(reply)
+                    under_way = under_way or leading
                     address = _address_of(reply)
                     if address is not None:
                         index = asks[asked]
-                        named.append((_epoch_of(reply), -order.index(index), address, index))
-                if named and until is None:
+                        # The leader of a failover names the old primary, at the new epoch,
+                        # until the switch: the others' answer of that epoch wins.
+                        named.append(
+                            (_epoch_of(reply), not leading, -order.index(index), address, index)
+                        )
+                if named and until is None and not everyone:
                     until = loop.time() + _AGREE
         finally:
             # The slower sentinels' queries are no longer needed (read-only: cancelled).
             for asked in pending:
                 asked.cancel()
         if not named:
-            return None
-        _, _, address, index = max(named)
+            return None, under_way
+        *_, address, index = max(named)
         self._answered(index)
-        return address
+        return address, under_way
 
-    def _compare(self, primary: str) -> None:
-        """Move every connection not going to ``primary`` (a switch whose event was missed)."""
-        if self.closed or all(peer == primary for peer in self._connected()):
+    def _compare(self, primary: str, *, under_way: bool = False) -> None:
+        """Move every connection not going to ``primary`` (a switch whose event was missed).
+
+        While a failover is under way some sentinels still name the old primary: the
+        connections stay where the last move sent them. After an announced promotion they
+        stay on the promoted replica until the sentinels name it, or until two polls in a
+        row find no failover under way (given up, its event missed).
+        """
+        promoting = self._promoting
+        if promoting is not None:
+            if primary == f"{promoting[0]}:{promoting[1]}":
+                self._promoting = None
+            elif under_way:
+                self._quiet_polls = 0
+                return
+            else:
+                self._quiet_polls += 1
+                if self._quiet_polls < 2:
+                    return
+                self._given_up("no sentinel reports the failover under way any more")
+        if self.closed or (under_way and self._followed is not None):
+            return
+        if all(peer == primary for peer in self._connected()):
             return
         again = primary == self._followed
         self._followed = primary
@@ -414,19 +444,18 @@ class SentinelWatch:
             index = order.index(sentinel)
             order[0], order[index] = order[index], order[0]
 
-    def _closed_now(self) -> bool:
-        # A method, so the type checker does not carry an earlier check across an await.
+    def is_closed(self) -> bool:
+        """Whether aclose() was called (a method: the type checker keeps no earlier check)."""
         return self.closed
 
     async def aclose(self) -> None:
         """Stop listening and polling."""
         self.closed = True
-        tasks = [task for task in (self._task, self._poller) if task is not None]
+        tasks, self._tasks = self._tasks, []
         for task in tasks:
             task.cancel()
-        wire = self._wire
-        if wire is not None:
-            wire.close()
+        for listener in self._listeners:
+            listener.close()
         if tasks:
             await asyncio.wait(tasks, timeout=2.0)
         polls, self._polls = list(self._polls.values()), {}
@@ -434,13 +463,114 @@ class SentinelWatch:
             await transport.aclose()
 
 
-def _primary_of(reply: Any) -> str | None:
-    """The primary named by a SENTINEL MASTER reply (a map, or a flat list in RESP2).
+class _Listener:
+    """One sentinel's subscription, reconnected until the watch closes (the wire's listener)."""
 
-    "host:port", or None if the sentinel holds it down.
-    """
-    address = _address_of(reply)
-    return None if address is None else f"{address[0]}:{address[1]}"
+    def __init__(
+        self,
+        watch: SentinelWatch,
+        make_connection: Callable[[], AbstractConnection],
+        refusal_note: Callable[[], str],
+    ) -> None:
+        self._watch = watch
+        self._refusal_note = refusal_note
+        self._make_connection = make_connection
+        self._wire: Wire | None = None
+        self._ended: asyncio.Future[Exception] | None = None
+        self._heard = False
+        # This sentinel refused the subscription since it last accepted it.
+        self._refused = False
+        self.subscribed = False
+
+    def on_reply(self, reply: Any) -> None:
+        self._heard = True
+        if isinstance(reply, Exception):
+            self._refusal(reply)
+            return
+        if not isinstance(reply, list) or len(reply) < 3:
+            return
+        kind = _text(reply[0])
+        if kind == "subscribe":
+            if self._refused:
+                log.info("aiolock: a sentinel accepts the +switch-master subscription again")
+                self._refused = False
+            self.subscribed = True
+            self._watch.subscribed()
+        elif kind == "message":
+            self._watch.heard(_text(reply[1]), _text(reply[2]))
+
+    on_push = on_reply
+
+    def _refusal(self, exc: Exception) -> None:
+        # An error reply: to SUBSCRIBE most likely (an ACL user without channel rights).
+        # The watch would hear nothing from this sentinel: say so, and close.
+        wire = self._wire
+        peer = "?" if wire is None else wire.peer
+        report = log.debug if self._refused else log.warning
+        report(
+            "aiolock: sentinel %s refused the +switch-master subscription (%s); %s",
+            peer,
+            exc,
+            self._refusal_note(),
+        )
+        self._refused = True
+        if wire is not None:
+            wire.close(RedisError(f"aiolock: sentinel {peer} refused: {exc}"))
+
+    def on_lost(self, wire: Wire, exc: Exception) -> None:
+        if wire is self._wire:
+            self._wire = None
+            if self.subscribed:
+                self.subscribed = False
+                self._watch.unsubscribed()
+            ended = self._ended
+            if ended is not None and not ended.done():
+                ended.set_result(exc)
+
+    def close(self) -> None:
+        wire = self._wire
+        if wire is not None:
+            wire.close()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        watch = self._watch
+        while not watch.is_closed():
+            wire: Wire | None = None
+            try:
+                self._ended = loop.create_future()
+                wire = await open_wire(self._make_connection, self, pushes=True)
+                if watch.is_closed():
+                    # Closed while it connected (on 3.11 redis-py's connect() can swallow
+                    # the cancel that aclose() sent): use it for nothing.
+                    return
+                self._wire = wire
+                wire.write(_SUBSCRIBE)
+                await self._listen(wire)
+            except (RedisError, OSError) as exc:
+                log.debug("aiolock: sentinel connection failed: %r", exc)
+            finally:
+                if wire is not None:
+                    if not wire.closed:
+                        wire.close()
+                    await wire.dispose()
+            if not watch.is_closed():
+                await asyncio.sleep(_REFUSED_PAUSE if self._refused else _ROUND_PAUSE)
+
+    async def _listen(self, wire: Wire) -> None:
+        """Until the connection ends: a PING each quiet period, the end if none is heard."""
+        ended = self._ended
+        assert ended is not None
+        self._heard = True
+        while not ended.done() and not self._watch.is_closed():
+            if not self._heard:
+                wire.close()
+                return
+            self._heard = False
+            wire.write(_PING)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_KEEPALIVE):
+                    await asyncio.shield(ended)
 
 
 def _address_of(reply: Any) -> tuple[str, int] | None:
@@ -448,11 +578,8 @@ def _address_of(reply: Any) -> tuple[str, int] | None:
 
     None if the sentinel holds it down (or for ``_NO_ANSWER``).
     """
-    if isinstance(reply, dict):
-        fields = {_text(key): value for key, value in reply.items()}
-    elif isinstance(reply, list):
-        fields = {_text(key): value for key, value in zip(reply[::2], reply[1::2], strict=False)}
-    else:
+    fields = _fields(reply)
+    if fields is None:
         return None
     flags = _text(fields.get("flags", "")).split(",")
     if "ip" not in fields or "port" not in fields or "s_down" in flags or "o_down" in flags:
@@ -460,12 +587,26 @@ def _address_of(reply: Any) -> tuple[str, int] | None:
     return _text(fields["ip"]), int(fields["port"])
 
 
+def _failing_over(reply: Any) -> bool:
+    """Whether a SENTINEL MASTER reply says this sentinel leads a failover now."""
+    fields = _fields(reply)
+    return fields is not None and "failover_in_progress" in _text(fields.get("flags", "")).split(
+        ","
+    )
+
+
+def _fields(reply: Any) -> dict[str, Any] | None:
+    """A SENTINEL MASTER reply as a dict (a map in RESP3, a flat list in RESP2)."""
+    if isinstance(reply, dict):
+        return {_text(key): value for key, value in reply.items()}
+    if isinstance(reply, list):
+        return {_text(key): value for key, value in zip(reply[::2], reply[1::2], strict=False)}
+    return None
+
+
 def _epoch_of(reply: Any) -> int:
     """The ``config-epoch`` of a SENTINEL MASTER reply (0 if it has none)."""
-    if isinstance(reply, dict):
-        fields = {_text(key): value for key, value in reply.items()}
-    else:
-        fields = {_text(key): value for key, value in zip(reply[::2], reply[1::2], strict=False)}
+    fields = _fields(reply) or {}
     try:
         return int(_text(fields.get("config-epoch", 0)))
     except ValueError:

@@ -97,10 +97,13 @@ _WARNING_KINDS = (
     ("was lost (", "lease lost"),
     ("pub/sub connection", "pub/sub reconnects"),
     ("could not renew", "renewal retried"),
+    ("works again", "renewal recovered"),
     ("could not release", "release abandoned"),
     ("sentinels switched", "primary switches heard"),
+    # The move at a promotion's announcement, before the switch (which then moves nothing).
+    ("is promoting", "promotions heard"),
 )
-_SWITCH = "primary switches heard"
+_SWITCH = ("primary switches heard", "promotions heard")
 
 
 class _Warnings(logging.Handler):
@@ -109,16 +112,19 @@ class _Warnings(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.counts: Counter[str] = Counter()
-        #: When this process heard each Sentinel switch (it is logged as it is acted on).
+        #: When this process moved at each Sentinel switch (logged as it is acted on), and
+        #: whether that was at the promotion's announcement (before the switch).
         self.switched_at: list[float] = []
+        self.early: list[bool] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
         for marker, what in _WARNING_KINDS:
             if marker in message:
                 self.counts[what] += 1
-                if what == _SWITCH:
+                if what in _SWITCH:
                     self.switched_at.append(time.monotonic())
+                    self.early.append(what == "promotions heard")
                 return
         self.counts[f"other: {message[:80]}"] += 1
 
@@ -205,6 +211,7 @@ class Worker:
             "errors": dict(self.errors),
             "warnings": dict(self.warnings.counts),
             "switched_at": self.warnings.switched_at,
+            "switched_early": self.warnings.early,
             "max_wait": self.max_wait,
             "waiting_at_end": waiting,
             "exits_holding": self.exits_holding,

@@ -31,7 +31,6 @@ from .._exceptions import ClientClosedError, LockError, LockUpgradeError, Replic
 from .._keys import acquire_tombstone_key
 from .cancel import cancel_requested, within
 from .failures import Failure, failure
-from .ordering import in_turn
 from .primitive import AcquireReply, Call, script_error
 from .release import release_later
 from .waiting import Offer, Step, wait_in_line
@@ -114,7 +113,7 @@ async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireRe
             # lose it unnoticed. Give it back (in turn, to the end even if the caller
             # is cancelled meanwhile), then say so.
             giving_back = _undo(engine, primitive, call, reply.count, tombstone)
-            await engine.services.background.shielded(in_turn(ticket, giving_back))
+            await engine.services.background.shielded(ticket, giving_back)
             raise ReplicaAckError(
                 primitive.name,
                 acked or 0,
@@ -359,7 +358,7 @@ async def give_up(engine: Engine, primitive: Primitive, call: Call) -> None:
         and not engine.services.waiting.field_waiting(primitive.key, call.field) > 1
     ):
         ticket = engine.services.order.join((primitive.key, call.holder))
-        await engine.services.background.shielded(in_turn(ticket, leave(engine, primitive, call)))
+        await engine.services.background.shielded(ticket, leave(engine, primitive, call))
     if cancel_requested(call.caller, call.mark):
         raise asyncio.CancelledError
 

@@ -94,9 +94,12 @@ class Background:
         """
         self.spawn(in_turn(ticket, coro))
 
-    async def shielded(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Await ``coro`` to completion even if the caller is cancelled meanwhile."""
-        task = self.spawn(coro)
+    async def shielded(self, ticket: Ticket, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` in ``ticket``'s turn, to its end even if the caller is cancelled.
+
+        As ``complete``, but the caller waits for the outcome (and gets its failure).
+        """
+        task = self.spawn(in_turn(ticket, coro))
         self._awaited.add(task)
         try:
             return await asyncio.shield(task)

@@ -37,7 +37,7 @@ import pytest
 from redis.asyncio import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ..topologies import ClusterHandle, SentinelHandle
+from ..topologies import ClusterHandle, Node, SentinelHandle
 from .checker import (
     Hold,
     Load,
@@ -55,6 +55,15 @@ Report = Callable[[Result], None]
 _HOST = "127.0.0.1"
 # Bound of the injectors' own waits on the topology, never reached when all goes well.
 _ROLE_LIMIT = 30.0
+
+
+def _listening(sentinel: Node) -> int:
+    """Connections subscribed to the sentinel's failover announcements (a sentinel knows no
+    PUBSUB NUMSUB): each worker's watch subscribes to three channels on one connection."""
+    clients = sentinel.call("CLIENT", "LIST")
+    if isinstance(clients, bytes):
+        clients = clients.decode()
+    return sum(1 for line in str(clients).splitlines() if " sub=3 " in f" {line} ")
 
 
 def _url(port: int) -> str:
@@ -269,6 +278,12 @@ async def test_sentinel_failover(
     async def inject(stop: asyncio.Event) -> None:
         if await stopped(stop, 2.0):
             return
+        # Every worker listens to the sentinel that will lead (on a loaded machine a worker
+        # may still be starting at 2 s; one that is not listening follows at the switch).
+        leader = lock_sentinel.sentinels[0]
+        while _listening(leader) < load.processes:
+            if await stopped(stop, 0.05):
+                return
         old = await asyncio.to_thread(lock_sentinel.primary)
         replica = next(node for node in lock_sentinel.nodes if node.port != old.port)
         began = time.monotonic()

@@ -104,14 +104,13 @@ async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireRe
             if error is not None:
                 raise error from exc
             raise
-        short = reply.acquired and acked is not None and acked < engine.settings.replica_acks
-        if not reply.acquired or reply.stale or short:
-            _unsettled(pending)
-            pending = None
-        if short:
+        # The attempt's expiry ticket is settled where each outcome is taken up: by the
+        # record of a hold won, else as not applied.
+        if reply.acquired and acked is not None and acked < engine.settings.replica_acks:
             # Taken on a primary whose replicas may not have it: a failover now could
             # lose it unnoticed. Give it back (in turn, to the end even if the caller
             # is cancelled meanwhile), then say so.
+            _unsettled(pending)
             giving_back = _undo(engine, primitive, call, reply.count, tombstone)
             await engine.services.background.shielded(ticket, giving_back)
             raise ReplicaAckError(
@@ -122,6 +121,7 @@ async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireRe
             )
         if not reply.stale or cancel_requested(call.caller, call.mark) or engine.closed:
             break
+        _unsettled(pending)
         _after_stale(engine, primitive, call, reply.count, ticket)
     if engine.closed or cancel_requested(call.caller, call.mark):
         _unsettled(pending)
@@ -129,6 +129,7 @@ async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireRe
     if reply.acquired:
         _won_in_turn(engine, primitive, call, reply, ticket, tombstone, sent=sent, pending=pending)
         return reply
+    _unsettled(pending)
     ticket.release()
     return reply
 

@@ -30,7 +30,7 @@ from redis.exceptions import ResponseError
 from .._exceptions import ClientClosedError, LockError, LockUpgradeError, ReplicaAckError
 from .._keys import acquire_tombstone_key
 from .cancel import cancel_requested, within
-from .failures import Failure, failure
+from .failures import failure
 from .primitive import AcquireReply, Call, script_error
 from .release import release_later
 from .waiting import Offer, Step, wait_in_line
@@ -98,11 +98,18 @@ async def attempt(engine: Engine, primitive: Primitive, call: Call) -> AcquireRe
             reply = AcquireReply.decode(raw)
         except BaseException as exc:
             _unsettled(pending)
-            error = _unanswered(
-                engine, primitive, call, exc, ticket, target=target, tombstone=tombstone
-            )
-            if error is not None:
-                raise error from exc
+            if not failure(exc).ran_nothing:
+                # Cancelled (or cut off) with the script in flight: it may have taken a
+                # hold that nobody will ever release. Give it back in the background, in
+                # this holder's turn; were the server unreachable until the lease ends,
+                # that hold ends with it. So too when the server refused it past the
+                # retries (TRYAGAIN, OOM...): an earlier send that timed out may have run.
+                _undo_later(engine, primitive, ticket, call, target, tombstone)
+                raise
+            ticket.release()
+            if isinstance(exc, ResponseError):
+                # The script failed before it changed anything: nothing to roll back.
+                raise script_error(primitive.name, primitive.key, exc) from exc
             raise
         # The attempt's expiry ticket is settled where each outcome is taken up: by the
         # record of a hold won, else as not applied.
@@ -146,34 +153,6 @@ def _in_turn(engine: Engine, primitive: Primitive, call: Call, ticket: Ticket) -
     except BaseException:
         ticket.release()
         raise
-
-
-def _unanswered(
-    engine: Engine,
-    primitive: Primitive,
-    call: Call,
-    exc: BaseException,
-    ticket: Ticket,
-    *,
-    target: int,
-    tombstone: str,
-) -> Exception | None:
-    """The attempt's script raised ``exc``: what to raise instead (None: ``exc``)."""
-    kind = failure(exc)
-    if kind is Failure.LOGIN_REFUSED:
-        ticket.release()
-        return None
-    if kind is Failure.FAILED and isinstance(exc, ResponseError):
-        # The script failed before it changed anything: nothing to roll back.
-        ticket.release()
-        return script_error(primitive.name, primitive.key, exc)
-    # Cancelled (or cut off) with the script in flight: it may have taken a hold that
-    # nobody will ever release. Give it back in the background, in this holder's turn;
-    # were the server unreachable until the lease ends, that hold ends with it. So too
-    # when the server refused it past the retries (TRYAGAIN, OOM...): an earlier send
-    # that timed out may have run.
-    _undo_later(engine, primitive, ticket, call, target, tombstone)
-    return None
 
 
 def _cut_short(

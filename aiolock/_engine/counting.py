@@ -156,13 +156,12 @@ async def take(
         try:
             outcome = decode(await engine.services.runner.run(*invocation))
         except BaseException as exc:
-            kind = failure(exc)
-            if kind is Failure.LOGIN_REFUSED:
+            if not failure(exc).ran_nothing:
+                # Cut off, or refused past the retries after a send that may have run.
+                undo()
                 raise
-            if kind is Failure.FAILED and isinstance(exc, ResponseError):
+            if isinstance(exc, ResponseError):
                 raise script_error(waitable.name, waitable.key, exc) from exc
-            # Cut off, or refused past the retries after a send that may have run.
-            undo()
             raise
         if engine.closed or cancelled_since(mark):
             if outcome.done:

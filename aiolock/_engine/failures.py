@@ -45,6 +45,14 @@ class Failure(enum.Enum):
         return self is Failure.REFUSED or self is Failure.CUT_OFF
 
     @property
+    def ran_nothing(self) -> bool:
+        """Whether the command surely changed nothing: its login refused, its script failed.
+
+        An attempt that failed otherwise may have taken what it asked for: it is undone.
+        """
+        return self is Failure.LOGIN_REFUSED or self is Failure.FAILED
+
+    @property
     def resend(self) -> bool:
         """Whether a resend of an idempotent call may yet get an answer (not a cancel)."""
         return self.may_have_run

@@ -128,6 +128,8 @@ class SentinelWatch:
         self._promoting: tuple[str, int] | None = None
         # Polls in a row that found no failover under way while ``_promoting`` was set.
         self._quiet_polls = 0
+        # A refused subscription was logged, and no sentinel has accepted one since.
+        self._refusal_logged = False
         self._tasks: list[asyncio.Task[None]] = []
         self._listeners: list[_Listener] = []
         # One command connection per sentinel asked, opened when first asked.
@@ -152,7 +154,7 @@ class SentinelWatch:
         """Begin listening and polling (once; the command connection calls it on connect)."""
         if not self._tasks and not self.closed and self._sentinels:
             for make_connection in self._sentinels:
-                listener = _Listener(self, make_connection, self._refusal_note)
+                listener = _Listener(self, make_connection)
                 self._listeners.append(listener)
                 self._tasks.append(self._spawn(listener.run()))
             self._tasks.append(self._spawn(self._poll()))
@@ -160,7 +162,10 @@ class SentinelWatch:
     # -- what the sentinels announce ---------------------------------------------------------
 
     def subscribed(self) -> None:
-        """A sentinel confirmed the subscription."""
+        """A sentinel confirmed the subscription (once per channel)."""
+        if self._refusal_logged:
+            log.info("aiolock: a sentinel accepts the +switch-master subscription again")
+            self._refusal_logged = False
         self.listening.set()
         # A switch may have happened while that sentinel was not listened to.
         self._poll_now.set()
@@ -190,11 +195,22 @@ class SentinelWatch:
         ):
             self._given_up("the sentinels gave the promotion up")
 
-    def _refusal_note(self) -> str:
-        return (
-            f"switches of {self._service!r} are found by polling the sentinels every "
-            f"{self._poll_interval:g} s instead"
+    def refused(self, peer: str, exc: Exception) -> None:
+        """A sentinel refused the subscription (an ACL user without channel rights).
+
+        A WARNING the first time, until a sentinel accepts it again: each sentinel refuses
+        alike, and each asks again every ``_REFUSED_PAUSE``.
+        """
+        report = log.debug if self._refusal_logged else log.warning
+        report(
+            "aiolock: sentinel %s refused the +switch-master subscription (%s); switches "
+            "of %r are found by polling the sentinels every %g s instead",
+            peer,
+            exc,
+            self._service,
+            self._poll_interval,
         )
+        self._refusal_logged = True
 
     def _switched(self, new: str) -> None:
         self._promoting = None
@@ -467,13 +483,9 @@ class _Listener:
     """One sentinel's subscription, reconnected until the watch closes (the wire's listener)."""
 
     def __init__(
-        self,
-        watch: SentinelWatch,
-        make_connection: Callable[[], AbstractConnection],
-        refusal_note: Callable[[], str],
+        self, watch: SentinelWatch, make_connection: Callable[[], AbstractConnection]
     ) -> None:
         self._watch = watch
-        self._refusal_note = refusal_note
         self._make_connection = make_connection
         self._wire: Wire | None = None
         self._ended: asyncio.Future[Exception] | None = None
@@ -491,9 +503,7 @@ class _Listener:
             return
         kind = _text(reply[0])
         if kind == "subscribe":
-            if self._refused:
-                log.info("aiolock: a sentinel accepts the +switch-master subscription again")
-                self._refused = False
+            self._refused = False
             self.subscribed = True
             self._watch.subscribed()
         elif kind == "message":
@@ -506,13 +516,7 @@ class _Listener:
         # The watch would hear nothing from this sentinel: say so, and close.
         wire = self._wire
         peer = "?" if wire is None else wire.peer
-        report = log.debug if self._refused else log.warning
-        report(
-            "aiolock: sentinel %s refused the +switch-master subscription (%s); %s",
-            peer,
-            exc,
-            self._refusal_note(),
-        )
+        self._watch.refused(peer, exc)
         self._refused = True
         if wire is not None:
             wire.close(RedisError(f"aiolock: sentinel {peer} refused: {exc}"))

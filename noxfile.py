@@ -52,7 +52,13 @@ def _install_wheel(session: nox.Session, *groups: str) -> list[str]:
     else:
         dist = Path(session.create_tmp()) / "dist"
         shutil.rmtree(dist, ignore_errors=True)
-        session.run("python", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), ".")
+        if session.venv_backend == "uv":
+            # CI's backend (.ci/run): its virtualenvs have no pip.
+            session.run("uv", "build", "--wheel", "--quiet", "--out-dir", str(dist), ".")
+        else:
+            session.run(
+                "python", "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(dist), "."
+            )
         (built,) = dist.glob("aiolock-*.whl")
         wheel = str(built)
     session.install(wheel, *nox.project.dependency_groups(PYPROJECT, *groups))

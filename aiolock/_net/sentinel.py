@@ -193,7 +193,7 @@ class SentinelWatch:
             and len(fields) >= 2
             and fields[1] == self._service
         ):
-            self._given_up("the sentinels gave the promotion up")
+            self._given_up("-failover-abort-slave-timeout")
 
     def refused(self, peer: str, exc: Exception) -> None:
         """A sentinel refused the subscription (an ACL user without channel rights).
@@ -217,11 +217,7 @@ class SentinelWatch:
         if new == self._followed:
             return  # moved already: at the promotion, by polling, or heard from another sentinel
         self.switches += 1
-        log.warning(
-            "aiolock: the sentinels switched %r's primary to %s; reconnecting", self._service, new
-        )
-        self._followed = new
-        self._on_switch(new)
+        self._move(new, "aiolock: the sentinels switched %r's primary to %s; reconnecting")
 
     def _promotion(self, host: str, port: int) -> None:
         new = f"{host}:{port}"
@@ -231,24 +227,25 @@ class SentinelWatch:
             return
         self.switches += 1
         self.early_switches += 1
-        log.warning(
-            "aiolock: a sentinel is promoting %s to %r's primary; reconnecting there",
-            new,
-            self._service,
-        )
-        self._followed = new
-        self._on_switch(new)
+        self._move(new, "aiolock: a sentinel is promoting %r's primary to %s; reconnecting there")
 
     def _given_up(self, why: str) -> None:
         log.warning(
-            "aiolock: %s of %s for %r; reconnecting where the sentinels say",
-            why,
+            "aiolock: the promotion of %s to %r's primary was given up (%s); reconnecting "
+            "where the sentinels say",
             self._followed,
             self._service,
+            why,
         )
         self._promoting = None
         self._followed = None
         self._poll_now.set()
+
+    def _move(self, new: str, message: str, *, level: int = logging.WARNING) -> None:
+        """Send every connection to ``new`` ("host:port"); ``message`` names the group and it."""
+        log.log(level, message, self._service, new)
+        self._followed = new
+        self._on_switch(new)
 
     # -- polling: the backstop for a missed event -------------------------------------------
 
@@ -432,24 +429,22 @@ class SentinelWatch:
                 self._quiet_polls += 1
                 if self._quiet_polls < 2:
                     return
-                self._given_up("no sentinel reports the failover under way any more")
+                self._given_up("no sentinel reports it under way any more")
         if self.closed or (under_way and self._followed is not None):
             return
         if all(peer == primary for peer in self._connected()):
             return
         again = primary == self._followed
-        self._followed = primary
         if not again:
             self.switches += 1
             self.polled_switches += 1
         # Again: the sentinel the reconnect asked had not heard of the switch yet; moved
         # once a second until it has.
-        (log.debug if again else log.warning)(
-            "aiolock: the sentinels name %s as %r's primary; reconnecting there",
+        self._move(
             primary,
-            self._service,
+            "aiolock: the sentinels name %r's primary %s; reconnecting there",
+            level=logging.DEBUG if again else logging.WARNING,
         )
-        self._on_switch(primary)
 
     def _ask_first(self, sentinel: Any) -> None:
         # The reconnect asks redis-py's sentinels in their order, each with redis-py's
